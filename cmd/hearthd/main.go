@@ -1,0 +1,137 @@
+// Command hearthd is the hearth node daemon: `hearthd serve` runs the
+// deployment API in front of the local model runtime; `hearthd keys` manages
+// the deployment's API keys.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/daemon"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `hearthd — the hearth node daemon
+
+Usage:
+  hearthd serve [flags]                 serve the deployment API (see hearthd serve -h)
+  hearthd keys create [--name N]        issue an API key (printed once)
+  hearthd keys list                     list API keys and their usage
+  hearthd keys revoke KEY_ID            revoke an API key at once
+  hearthd version                       print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "hearthd:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "keys":
+		return keys(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version)
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg := daemon.Defaults()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "deployment API address (host:port)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (Pebble, admin socket)")
+	fs.StringVar(&cfg.AdminSocket, "admin-socket", "", "admin unix socket (default STATE_DIR/admin.sock)")
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "the deployment's model (runtime name and API id)")
+	fs.StringVar(&cfg.ModelGGUF, "model-gguf", "", "create the model from this local GGUF file if the runtime lacks it")
+	fs.StringVar(&cfg.OllamaURL, "ollama-url", cfg.OllamaURL, "model runtime (Ollama) base URL")
+	fs.BoolVar(&cfg.OllamaStart, "ollama-start", false, "start and supervise `ollama serve` on --ollama-url's address")
+	fs.StringVar(&cfg.OllamaBin, "ollama-bin", cfg.OllamaBin, "ollama binary for --ollama-start")
+	fs.StringVar(&cfg.OllamaModelsDir, "ollama-models-dir", "", "models directory for --ollama-start (default STATE_DIR/models)")
+	fs.DurationVar(&cfg.RuntimeTimeout, "runtime-timeout", cfg.RuntimeTimeout, "wait for the runtime's first answer before 504")
+	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "generations at once")
+	fs.IntVar(&cfg.MaxQueue, "max-queue", cfg.MaxQueue, "requests that may wait for a generation slot (beyond: 429)")
+	fs.IntVar(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body (beyond: 413)")
+	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read one request")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time")
+	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", cfg.WriteStallTimeout, "longest a client may stall one write")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "drain time on SIGTERM")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(*logLevel))); err != nil {
+		return fmt.Errorf("config log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	return daemon.Run(ctx, cfg, version, log)
+}
+
+func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// --state-dir and --admin-socket may stand anywhere, before or after
+	// the subcommand; the rest is the key CLI's own.
+	cfg := daemon.Defaults()
+	rest, err := takeFlags(args, map[string]*string{"state-dir": &cfg.StateDir, "admin-socket": &cfg.AdminSocket})
+	if err != nil {
+		return err
+	}
+	return apikeys.RunCLI(ctx, rest, stdout, stderr, cfg.AdminSocketPath(), filepath.Join(cfg.StateDir, "db"))
+}
+
+// takeFlags removes the named string flags (-name v, --name v, --name=v)
+// from args, storing their values.
+func takeFlags(args []string, flags map[string]*string) ([]string, error) {
+	var rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		dst, ok := flags[name]
+		if !ok || !strings.HasPrefix(a, "-") {
+			rest = append(rest, a)
+			continue
+		}
+		if !hasVal {
+			if i+1 >= len(args) {
+				return nil, fmt.Errorf("flag --%s needs a value", name)
+			}
+			i++
+			val = args[i]
+		}
+		*dst = val
+	}
+	return rest, nil
+}

@@ -1,0 +1,235 @@
+package daemon
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/openai"
+	"github.com/hearthd/hearth/runtime"
+)
+
+// handleChat serves POST /api/v1/chat/completions.
+//
+// Everything that can fail with a status code (auth, decoding, admission,
+// the runtime accepting the request) happens before the response starts,
+// so a streaming client gets a proper HTTP error rather than a broken stream.
+func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
+	if a.draining.Load() {
+		a.writeError(ctx, openai.Unavailable("The server is shutting down; please retry."))
+		return
+	}
+	key, ok := a.authenticate(ctx)
+	if !ok {
+		return
+	}
+	req, oerr := openai.DecodeChatRequest(ctx.PostBody(), a.cfg.Model)
+	if oerr != nil {
+		a.writeError(ctx, oerr)
+		return
+	}
+	if !a.warm.Load() {
+		a.writeError(ctx, openai.Unavailable("The model is still loading; please retry shortly."))
+		return
+	}
+
+	a.inflight.Add(1)
+	gctx, cancel := context.WithCancel(a.base)
+	stopWatch := watchPeerClose(ctx.Conn(), cancel)
+	finish := func() {
+		stopWatch()
+		cancel()
+		a.inflight.Done()
+	}
+
+	if err := a.lim.acquire(gctx); err != nil {
+		finish()
+		if errors.Is(err, errQueueFull) {
+			a.writeError(ctx, openai.RateLimited(""))
+		}
+		// Otherwise the client left while queued: nobody to answer.
+		return
+	}
+	release := func() { a.lim.release(); finish() }
+
+	stream, err := a.rt.Chat(gctx, &req.Runtime)
+	if err != nil {
+		release()
+		if gctx.Err() != nil && !errors.Is(err, runtime.ErrTimeout) {
+			return // client gone or shutting down
+		}
+		a.writeRuntimeError(ctx, err)
+		return
+	}
+
+	c := completion{
+		api:     a,
+		id:      openai.NewCompletionID(),
+		created: time.Now().Unix(),
+		stream:  stream,
+		keyID:   key.ID,
+	}
+	if !req.Stream {
+		defer release()
+		c.respond(ctx)
+		return
+	}
+	ctx.SetContentType("text/event-stream; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	conn := ctx.Conn()
+	enc := openai.NewChunkEncoder(c.id, c.created, a.cfg.Model, a.fingerprint, req.IncludeUsage)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer release()
+		c.streamTo(w, conn, enc, req.IncludeUsage)
+	})
+}
+
+func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
+	e := openai.RuntimeError(err)
+	switch {
+	case errors.Is(err, runtime.ErrUnavailable):
+		e = openai.Unavailable("The model runtime is unreachable or not ready; please retry shortly.")
+	case e.Status >= 500 && e.Status != fasthttp.StatusGatewayTimeout:
+		// An upstream failure, not ours: 502 says so and keeps 500 for bugs.
+		e = &openai.Error{Status: fasthttp.StatusBadGateway, Message: "The model runtime failed to answer.", Type: openai.TypeServer}
+	}
+	a.log.Warn("chat request failed at the runtime", "status", e.Status, "err", err)
+	a.writeError(ctx, e)
+}
+
+// completion is one chat completion being relayed.
+type completion struct {
+	api     *API
+	id      string
+	created int64
+	stream  runtime.Stream
+	keyID   string
+}
+
+// respond collects the whole generation and answers it as one JSON object.
+func (c *completion) respond(ctx *fasthttp.RequestCtx) {
+	defer c.stream.Close()
+	var text strings.Builder
+	var calls []runtime.ToolCall
+	var last runtime.Event
+	for {
+		ev, err := c.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			c.api.writeRuntimeError(ctx, err)
+			return
+		}
+		text.WriteString(ev.Content)
+		calls = append(calls, ev.ToolCalls...)
+		if ev.Done {
+			last = ev
+			break
+		}
+	}
+	finish := finishReason(last.FinishReason, len(calls) > 0)
+	c.api.keys.RecordUsage(c.keyID, 1, int64(last.PromptTokens), int64(last.CompletionTokens))
+	bp := c.api.bufs.Get().(*[]byte)
+	defer c.api.bufs.Put(bp)
+	*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.api.cfg.Model, c.api.fingerprint,
+		text.String(), calls, finish, last.PromptTokens, last.CompletionTokens)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(*bp)
+}
+
+func finishReason(r string, sawToolCalls bool) string {
+	switch {
+	case sawToolCalls:
+		return runtime.FinishToolCalls
+	case r == "":
+		return runtime.FinishStop
+	}
+	return r
+}
+
+// flusher is what streamTo needs of the response writer.
+type flusher interface {
+	io.Writer
+	Flush() error
+}
+
+// streamTo relays the generation as server-sent events, flushing each event
+// as soon as it is produced. fasthttp's stream writer is buffered, so without
+// the flush a client would see chunks in batches.
+func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
+	defer c.stream.Close()
+	stall := c.api.cfg.WriteStallTimeout
+	var deadline time.Time
+	// A client that stops reading must not pin a generation slot forever:
+	// bound each write. Moving the deadline costs a timer update, so it is
+	// moved only when a quarter of the window has passed.
+	armDeadline := func() {
+		now := time.Now()
+		if deadline.Sub(now) < stall*3/4 {
+			deadline = now.Add(stall)
+			_ = conn.SetWriteDeadline(deadline)
+		}
+	}
+	defer conn.SetWriteDeadline(time.Time{})
+
+	bp := c.api.bufs.Get().(*[]byte)
+	defer c.api.bufs.Put(bp)
+	buf := enc.AppendRole((*bp)[:0])
+	send := func() bool {
+		armDeadline()
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		buf = buf[:0]
+		return w.Flush() == nil
+	}
+	if !send() {
+		return
+	}
+	toolIndex := 0
+	for {
+		ev, err := c.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// The response has started: report the failure in the stream's
+			// own format, then end it cleanly.
+			if c.api.base.Err() == nil {
+				c.api.log.Warn("generation failed mid-stream", "err", err)
+			}
+			buf = enc.AppendError(buf, openai.RuntimeError(err))
+			buf = enc.AppendDone(buf)
+			send()
+			break
+		}
+		if ev.Content != "" {
+			buf = enc.AppendContent(buf, ev.Content)
+		}
+		if len(ev.ToolCalls) > 0 {
+			buf = enc.AppendToolCalls(buf, ev.ToolCalls, toolIndex)
+			toolIndex += len(ev.ToolCalls)
+		}
+		if ev.Done {
+			buf = enc.AppendFinish(buf, finishReason(ev.FinishReason, toolIndex > 0))
+			if includeUsage {
+				buf = enc.AppendUsage(buf, ev.PromptTokens, ev.CompletionTokens)
+			}
+			buf = enc.AppendDone(buf)
+			c.api.keys.RecordUsage(c.keyID, 1, int64(ev.PromptTokens), int64(ev.CompletionTokens))
+			send()
+			break
+		}
+		if len(buf) > 0 && !send() {
+			return // client gone: the deferred Close stops the generation
+		}
+	}
+	*bp = buf
+}

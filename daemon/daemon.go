@@ -1,0 +1,169 @@
+// Package daemon is the node: it wires the concerns (runtime, API keys,
+// state) into hearthd, serves the fasthttp deployment API and runs the
+// start-up and shutdown order.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/runtime/ollama"
+	"github.com/hearthd/hearth/store"
+)
+
+// Run serves until ctx ends, then drains and stops. Start-up order: state,
+// API keys and the admin socket; the runtime (started and supervised if
+// configured); the deployment API listener, which answers /healthz at once
+// and 503 until the model is present and loaded; then ready.
+func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, "db"), store.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	keys, err := apikeys.Open(st, log)
+	if err != nil {
+		return fmt.Errorf("load API keys: %w", err)
+	}
+	defer keys.Close()
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	go keys.Run(bg)
+
+	adminLn, err := apikeys.ListenAdmin(cfg.AdminSocketPath())
+	if err != nil {
+		return fmt.Errorf("admin socket: %w", err)
+	}
+	admin := &http.Server{Handler: apikeys.AdminHandler(keys), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = admin.Serve(adminLn) }()
+	defer admin.Close()
+
+	if cfg.OllamaStart {
+		sup, err := supervisor(cfg, log)
+		if err != nil {
+			return err
+		}
+		supDone := make(chan struct{})
+		go func() { defer close(supDone); _ = sup.Run(bg) }()
+		// The runtime stops last, after the API has drained.
+		defer func() { stopBG(); <-supDone }()
+	}
+
+	rt, err := ollama.New(ollama.Config{
+		BaseURL:          cfg.OllamaURL,
+		Model:            cfg.Model,
+		FirstByteTimeout: cfg.RuntimeTimeout,
+		Logger:           log,
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+
+	api := NewAPI(APIConfig{
+		Model:             cfg.Model,
+		Version:           version,
+		MaxConcurrent:     cfg.MaxConcurrent,
+		MaxQueue:          cfg.MaxQueue,
+		MaxBodyBytes:      cfg.MaxBodyBytes,
+		WriteStallTimeout: cfg.WriteStallTimeout,
+	}, rt, keys, log)
+	defer api.Close()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	srv := api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model)
+
+	warmErr := make(chan error, 1)
+	go func() { warmErr <- warmUp(ctx, rt, cfg, log) }()
+
+	warmCh := warmErr
+	for {
+		select {
+		case err := <-warmCh:
+			warmCh = nil
+			if err != nil {
+				log.Error("model did not load", "err", err)
+				continue
+			}
+			api.SetWarm(true)
+			log.Info("ready", "model", cfg.Model, "url", "http://"+ln.Addr().String()+apiPrefix)
+			continue
+		case err := <-serveErr:
+			return fmt.Errorf("deployment API stopped: %w", err)
+		case <-ctx.Done():
+		}
+		break
+	}
+
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	shutdownDone := make(chan error, 1)
+	go func() {
+		sctx, c := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+5*time.Second)
+		defer c()
+		shutdownDone <- srv.ShutdownWithContext(sctx)
+	}()
+	if err := api.Drain(drainCtx); err != nil {
+		log.Warn("drain timed out: ended remaining generations", "err", err)
+	}
+	if err := <-shutdownDone; err != nil && !errors.Is(err, context.Canceled) {
+		log.Warn("listener shutdown", "err", err)
+	}
+	return nil
+}
+
+// warmUp makes sure the model exists and is loaded, retrying with backoff
+// while the runtime is unreachable (it may still be starting).
+func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, log *slog.Logger) error {
+	backoff := 250 * time.Millisecond
+	for {
+		err := rt.EnsureModel(ctx, ollama.ModelSource{GGUFPath: cfg.ModelGGUF})
+		if err == nil {
+			var took time.Duration
+			took, err = rt.Warm(ctx)
+			if err == nil {
+				log.Info("model loaded", "model", cfg.Model, "seconds", took.Seconds())
+				return nil
+			}
+		}
+		log.Warn("model not ready yet; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
+	addr, err := hostPort(cfg.OllamaURL)
+	if err != nil {
+		return nil, err
+	}
+	dir := cfg.OllamaModelsDir
+	if dir == "" {
+		dir = filepath.Join(cfg.StateDir, "models")
+	}
+	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, Logger: log}, nil
+}

@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// watchPeerClose calls onClose as soon as the client closes its end of conn.
+//
+// fasthttp has no per-request context that ends when the client goes away,
+// and a streaming response only notices a dead peer on a failed write, which
+// may come long after (a slow first token, a request still queued). So while
+// a generation runs we wait for the socket to become readable through Go's
+// netpoller and peek at it without consuming anything: zero bytes means the
+// peer closed. Pipelined bytes mean the peer is alive, and we stop watching
+// so fasthttp reads them as usual.
+//
+// The returned stop must be called before the connection is used for
+// reading again; it interrupts the watch and waits for it to end.
+func watchPeerClose(conn net.Conn, onClose func()) (stop func()) {
+	rc := rawConn(conn)
+	if rc == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var b [1]byte
+		closed := false
+		err := rc.Read(func(fd uintptr) bool {
+			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
+				return false // nothing yet: park in the netpoller
+			}
+			closed = err != nil || n == 0
+			return true
+		})
+		if err == nil && closed {
+			onClose()
+		}
+	}()
+	return func() {
+		// A deadline in the past wakes the parked Read; then clear it so the
+		// next request on this keep-alive connection reads normally.
+		_ = conn.SetReadDeadline(time.Unix(1, 0))
+		<-done
+		_ = conn.SetReadDeadline(time.Time{})
+	}
+}
+
+func rawConn(c net.Conn) syscall.RawConn {
+	for range 4 { // unwrap TLS and wrapper conns a few levels deep
+		switch v := c.(type) {
+		case *tls.Conn:
+			c = v.NetConn()
+			continue
+		case syscall.Conn:
+			rc, err := v.SyscallConn()
+			if err != nil {
+				return nil
+			}
+			return rc
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+			continue
+		}
+		return nil
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+// Package runtime defines what hearthd needs from a local model runtime: make
+// sure the deployment's model is present and warm, and stream a chat
+// completion from it. The Ollama backend lives in runtime/ollama; a fake for
+// unit tests lives in runtime/fake.
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Runtime is the one interface the daemon streams from.
+type Runtime interface {
+	// Chat starts a generation. It returns once the runtime has accepted the
+	// request (or failed to), so the caller can still answer with an HTTP
+	// error before it commits to a stream. Cancelling ctx, or calling
+	// Stream.Close, stops the generation on the runtime.
+	Chat(ctx context.Context, req *Request) (Stream, error)
+	// Ready reports whether the runtime is reachable and the model loaded.
+	Ready(ctx context.Context) error
+}
+
+// Stream yields the events of one generation in order.
+type Stream interface {
+	// Recv returns the next event. The last event has Done set; after it,
+	// Recv returns io.EOF. Any other error ends the stream.
+	Recv() (Event, error)
+	// Close stops the generation if it is still running and releases the
+	// stream. It is safe to call more than once.
+	Close() error
+}
+
+// Message is one chat message in runtime terms.
+type Message struct {
+	Role      string // system, user, assistant or tool
+	Content   string
+	ToolCalls []ToolCall
+	// ToolName names the tool whose result this message carries (role tool).
+	ToolName string
+}
+
+// ToolCall is a function call the model asked for.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments json.RawMessage // a JSON object
+}
+
+// Tool is a function the model may call; Parameters is a JSON schema.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  json.RawMessage
+}
+
+// Options are the sampling options. A nil field was not set by the client
+// and must not be sent to the runtime, so the runtime's (or the model's)
+// own defaults apply.
+type Options struct {
+	Temperature      *float64
+	TopP             *float64
+	MaxTokens        *int
+	Stop             []string
+	Seed             *int64
+	PresencePenalty  *float64
+	FrequencyPenalty *float64
+}
+
+// Request is one chat generation.
+type Request struct {
+	Messages []Message
+	Options  Options
+	// Format constrains the output: nil for free text, the JSON string
+	// "json" for any JSON object, or a JSON schema object.
+	Format json.RawMessage
+	Tools  []Tool
+}
+
+// Finish reasons, as the OpenAI convention names them.
+const (
+	FinishStop      = "stop"
+	FinishLength    = "length"
+	FinishToolCalls = "tool_calls"
+)
+
+// Event is one step of a generation: a piece of content, tool calls, or the
+// final event with the finish reason and token counts.
+type Event struct {
+	Content   string
+	ToolCalls []ToolCall
+	Done      bool
+	// Set on the final event only.
+	FinishReason     string
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// ErrUnavailable marks errors where the runtime could not be reached or is
+// not ready; the API answers them with 503.
+var ErrUnavailable = errors.New("model runtime unavailable")
+
+// ErrTimeout marks a runtime that did not start answering in time; the API
+// answers it with 504.
+var ErrTimeout = errors.New("model runtime timed out")
+
+// InvalidRequestError is a request the runtime refused as invalid (for
+// example a malformed JSON schema); the API answers it with 400.
+type InvalidRequestError struct{ Msg string }
+
+func (e *InvalidRequestError) Error() string { return e.Msg }
