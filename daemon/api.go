@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,7 +224,7 @@ func (a *API) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 		e = openai.RequestTooLarge(int64(a.cfg.MaxBodyBytes))
 	case isTimeout(err):
 		e = &openai.Error{Status: fasthttp.StatusRequestTimeout, Message: "Request not received in time.", Type: openai.TypeInvalidRequest, Code: "request_timeout"}
-	case errors.Is(err, fasthttp.ErrHeaderTooLarge) || bytes.Contains([]byte(err.Error()), []byte("small read buffer")):
+	case errors.Is(err, fasthttp.ErrSmallReadBuffer) || strings.Contains(err.Error(), "small read buffer"):
 		e = &openai.Error{Status: fasthttp.StatusRequestHeaderFieldsTooLarge, Message: "Request headers too large.", Type: openai.TypeInvalidRequest, Code: "headers_too_large"}
 	default:
 		e = openai.InvalidRequest("", "Malformed HTTP request.")

@@ -59,9 +59,10 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 
 	stream, err := a.rt.Chat(gctx, &req.Runtime)
 	if err != nil {
+		clientGone := gctx.Err() != nil
 		release()
-		if gctx.Err() != nil && !errors.Is(err, runtime.ErrTimeout) {
-			return // client gone or shutting down
+		if clientGone && !errors.Is(err, runtime.ErrTimeout) {
+			return // client gone or shutting down: nobody to answer
 		}
 		a.writeRuntimeError(ctx, err)
 		return
