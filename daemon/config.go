@@ -128,3 +128,20 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// hostPort extracts host:port from a base URL, adding the scheme's default
+// port when the URL has none.
+func hostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("config ollama-url: %w", err)
+	}
+	if u.Port() != "" {
+		return u.Host, nil
+	}
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -43,15 +42,17 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 	defer keys.Close()
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	go keys.Run(bg)
+	go func() { _ = keys.Run(bg, 10*time.Second) }()
 
 	adminLn, err := apikeys.ListenAdmin(cfg.AdminSocketPath())
 	if err != nil {
 		return fmt.Errorf("admin socket: %w", err)
 	}
-	admin := &http.Server{Handler: apikeys.AdminHandler(keys), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = admin.Serve(adminLn) }()
-	defer admin.Close()
+	go func() {
+		if err := apikeys.ServeAdmin(bg, adminLn, keys, log); err != nil {
+			log.Error("admin socket stopped", "err", err)
+		}
+	}()
 
 	if cfg.OllamaStart {
 		sup, err := supervisor(cfg, log)

@@ -35,8 +35,13 @@ type Options struct {
 // Open opens (creating if needed) the database in dir.
 func Open(dir string, o Options) (*Store, error) {
 	po := &pebble.Options{Logger: quietLogger{}}
+	fs := vfs.Default
 	if o.FS != nil {
 		po.FS = o.FS
+		fs = o.FS
+	}
+	if err := ensureDir(fs, dir); err != nil {
+		return nil, fmt.Errorf("open state in %s: %w", dir, err)
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
@@ -196,6 +201,37 @@ func (b *Batch) Commit() error {
 
 // Discard drops an uncommitted batch.
 func (b *Batch) Discard() { _ = b.b.Close() }
+
+// ensureDir creates dir and any missing parents durably. Pebble syncs what it
+// writes inside dir but not dir's own entry in its parent, so without this a
+// crash soon after the first start could lose a freshly created state
+// directory with every synced write in it.
+func ensureDir(fs vfs.FS, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	parent := fs.PathDir(dir)
+	if parent != dir {
+		if err := ensureDir(fs, parent); err != nil {
+			return err
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create directory: %w", err)
+	}
+	d, err := fs.OpenDir(parent)
+	if err != nil {
+		return fmt.Errorf("open parent directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync parent directory: %w", err)
+	}
+	return nil
+}
 
 func prefixEnd(p []byte) []byte {
 	end := bytes.Clone(p)

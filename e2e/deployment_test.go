@@ -1,0 +1,458 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/runtime/tinymodel"
+)
+
+// hearthd is one running `hearthd serve` process.
+type hearthd struct {
+	t        *testing.T
+	bin      string
+	stateDir string
+	root     string // http://host:port
+	url      string // deployment URL (…/api/v1)
+	secret   string // an API key issued before start
+	cmd      *exec.Cmd
+	mu       sync.Mutex
+	log      bytes.Buffer
+	exited   chan struct{}
+}
+
+var (
+	listenRe = regexp.MustCompile(`msg="deployment API listening" addr=(\S+)`)
+	keyRe    = regexp.MustCompile(`hearth_live_[A-Za-z0-9]+`)
+)
+
+// startHearthd issues a key through the CLI (no daemon yet: straight into
+// the state), starts hearthd with extra flags and waits until it is ready.
+func startHearthd(t *testing.T, wantReady bool, args ...string) *hearthd {
+	t.Helper()
+	h := &hearthd{t: t, bin: binary(t, "hearthd"), stateDir: t.TempDir(), exited: make(chan struct{})}
+	h.secret = h.createKey("e2e")
+	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", h.stateDir, "--log-level", "debug"}, args...)
+	h.cmd = exec.Command(h.bin, full...)
+	stderr, err := h.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			h.mu.Lock()
+			h.log.WriteString(line + "\n")
+			h.mu.Unlock()
+			if m := listenRe.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	go func() { _ = h.cmd.Wait(); close(h.exited) }()
+	t.Cleanup(func() {
+		h.stop()
+		if t.Failed() {
+			t.Logf("hearthd log:\n%s", h.logs())
+		}
+	})
+	select {
+	case a := <-addr:
+		h.root = "http://" + a
+		h.url = h.root + "/api/v1"
+	case <-h.exited:
+		t.Fatalf("hearthd exited at start:\n%s", h.logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("hearthd did not listen:\n%s", h.logs())
+	}
+	if wantReady {
+		h.waitReady(120 * time.Second)
+	}
+	return h
+}
+
+func (h *hearthd) logs() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.log.String()
+}
+
+func (h *hearthd) waitReady(d time.Duration) {
+	h.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(h.root + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.t.Fatalf("hearthd not ready after %v:\n%s", d, h.logs())
+}
+
+func (h *hearthd) stop() {
+	if h.cmd.Process == nil {
+		return
+	}
+	_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(15 * time.Second):
+		_ = h.cmd.Process.Kill()
+		<-h.exited
+	}
+}
+
+// keysCLI runs `hearthd keys …` against this node's state directory.
+func (h *hearthd) keysCLI(args ...string) string {
+	h.t.Helper()
+	full := append([]string{"keys"}, args...)
+	full = append(full, "--state-dir", h.stateDir)
+	out, err := exec.Command(h.bin, full...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			h.t.Fatalf("hearthd %v: %v\n%s", full, err, ee.Stderr)
+		}
+		h.t.Fatalf("hearthd %v: %v", full, err)
+	}
+	return string(out)
+}
+
+func (h *hearthd) createKey(name string) string {
+	h.t.Helper()
+	out := h.keysCLI("create", "--name", name)
+	key := keyRe.FindString(out)
+	if key == "" {
+		h.t.Fatalf("no key in %q", out)
+	}
+	return key
+}
+
+func (h *hearthd) client(key string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(h.url), option.WithAPIKey(key), option.WithMaxRetries(0))
+}
+
+// attached starts hearthd attached to the shared Ollama.
+func attached(t *testing.T) (*hearthd, *ollamatest.Instance) {
+	inst := shared.ollama.Get(t)
+	return startHearthd(t, true, "--model", inst.Model, "--ollama-url", inst.URL), inst
+}
+
+func userParams(model, prompt string, maxTokens int64) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:     model,
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		MaxTokens: openai.Int(maxTokens),
+	}
+}
+
+func TestSDKNonStreamAndStream(t *testing.T) {
+	h, inst := attached(t)
+	c := h.client(h.secret)
+	ctx := context.Background()
+
+	resp, err := c.Chat.Completions.New(ctx, userParams(inst.Model, "Hello there", 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(resp.ID, "chatcmpl-") || len(resp.ID) < 9+24 {
+		t.Errorf("id %q", resp.ID)
+	}
+	if resp.Model != inst.Model || len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
+		t.Fatalf("response %+v", resp)
+	}
+	if resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 16 ||
+		resp.Usage.PromptTokens == 0 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+16 {
+		t.Fatalf("finish %q usage %+v", resp.Choices[0].FinishReason, resp.Usage)
+	}
+
+	p := userParams(inst.Model, "Hello there", 16)
+	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := c.Chat.Completions.NewStreaming(ctx, p)
+	var acc openai.ChatCompletionAccumulator
+	chunks, contentChunks := 0, 0
+	var created int64
+	for stream.Next() {
+		ch := stream.Current()
+		if chunks == 0 {
+			created = ch.Created
+			if len(ch.Choices) != 1 || ch.Choices[0].Delta.Role != "assistant" {
+				t.Fatalf("first chunk %+v", ch)
+			}
+		}
+		if ch.Created != created || ch.ID != acc.ID && acc.ID != "" {
+			t.Fatalf("chunk %d changes id/created", chunks)
+		}
+		if len(ch.Choices) == 1 && ch.Choices[0].Delta.Content != "" {
+			contentChunks++
+		}
+		acc.AddChunk(ch)
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if contentChunks < 2 || acc.Choices[0].Message.Content == "" {
+		t.Fatalf("stream gave %d content chunks, content %q", contentChunks, acc.Choices[0].Message.Content)
+	}
+	if acc.Usage.CompletionTokens != 16 || acc.Choices[0].FinishReason != "length" {
+		t.Fatalf("stream usage %+v finish %q", acc.Usage, acc.Choices[0].FinishReason)
+	}
+
+	models, err := c.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(models.Data) != 1 || models.Data[0].ID != inst.Model {
+		t.Fatalf("models %+v", models.Data)
+	}
+	m, err := c.Models.Get(ctx, inst.Model)
+	if err != nil || m.ID != inst.Model {
+		t.Fatalf("model %+v %v", m, err)
+	}
+}
+
+// At temperature 0 with a seed, the streamed content equals the non-stream
+// content: both paths relay the same generation unchanged.
+func TestSDKStreamEqualsNonStream(t *testing.T) {
+	h, inst := attached(t)
+	c := h.client(h.secret)
+	ctx := context.Background()
+	p := userParams(inst.Model, "Tell me a story", 48)
+	p.Temperature = openai.Float(0)
+	p.Seed = openai.Int(42)
+
+	resp, err := c.Chat.Completions.New(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := c.Chat.Completions.NewStreaming(ctx, p)
+	var sb strings.Builder
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			sb.WriteString(ch.Delta.Content)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if sb.String() != resp.Choices[0].Message.Content || sb.Len() == 0 {
+		t.Fatalf("stream %q\n!= non-stream %q", sb.String(), resp.Choices[0].Message.Content)
+	}
+}
+
+func TestSDKErrors(t *testing.T) {
+	h, inst := attached(t)
+	ctx := context.Background()
+	var apiErr *openai.Error
+
+	bad, foreign, good := h.client("hearth_live_"+strings.Repeat("x", 32)), h.client("sk-proj-"+strings.Repeat("x", 40)), h.client(h.secret)
+	_, err := bad.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+		t.Fatalf("bad key: %v", err)
+	}
+	_, err = foreign.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+		t.Fatalf("foreign key: %v", err)
+	}
+	_, err = good.Chat.Completions.New(ctx, userParams("gpt-4o", "hi", 4))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+		t.Fatalf("other model: %v", err)
+	}
+	p := userParams(inst.Model, "hi", 4)
+	p.N = openai.Int(2)
+	_, err = good.Chat.Completions.New(ctx, p)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "n" {
+		t.Fatalf("n=2: %v", err)
+	}
+	// Still serving.
+	if _, err := good.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Keys made while the daemon runs go through its admin socket; a revoked key
+// fails on the very next request, without a restart.
+func TestKeysCLIWhileRunning(t *testing.T) {
+	h, inst := attached(t)
+	key := h.createKey("second")
+	c := h.client(key)
+	ctx := context.Background()
+	if _, err := c.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {
+		t.Fatal(err)
+	}
+	list := h.keysCLI("list")
+	var id string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "second") {
+			id = strings.Fields(line)[0]
+		}
+	}
+	if !strings.HasPrefix(id, "key_") {
+		t.Fatalf("key not listed:\n%s", list)
+	}
+	if strings.Contains(list, key) {
+		t.Fatal("list shows a secret")
+	}
+	h.keysCLI("revoke", id)
+	var apiErr *openai.Error
+	if _, err := c.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+		t.Fatalf("revoked key still works: %v", err)
+	}
+	first := h.client(h.secret)
+	if _, err := first.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {
+		t.Fatalf("other key affected: %v", err)
+	}
+	if strings.Contains(h.logs(), key) || strings.Contains(h.logs(), h.secret) {
+		t.Fatal("a secret appears in hearthd's log")
+	}
+}
+
+// A client that disconnects mid-stream stops the generation on the real
+// runtime: within 100 ms of the disconnect the model runner stops burning
+// CPU.
+func TestDisconnectStopsRuntime(t *testing.T) {
+	h, inst := attached(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.root, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"go on"}]}`, inst.Model)
+	fmt.Fprintf(conn, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		h.secret, len(body), body)
+	br := bufio.NewReader(conn)
+	for n := 0; n < 5; {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(line, `"content":"`) {
+			n++
+		}
+	}
+	// The runner is generating: measure how long it takes to burn 10 ticks.
+	start, runners := inst.RunnerCPUTicks()
+	if runners == 0 {
+		t.Fatal("no ollama runner found")
+	}
+	// Keep reading so the runner is never held back by a full connection.
+	go io.Copy(io.Discard, br) //nolint:errcheck // ends when the test closes conn
+	t0 := time.Now()
+	for now, _ := inst.RunnerCPUTicks(); now-start < 10; now, _ = inst.RunnerCPUTicks() {
+		if time.Since(t0) > 20*time.Second {
+			t.Fatalf("runner used %d ticks in 20 s while generating", now-start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	window := max(time.Since(t0), 500*time.Millisecond)
+
+	closed := time.Now()
+	conn.Close()
+	time.Sleep(100*time.Millisecond - time.Since(closed))
+	after, _ := inst.RunnerCPUTicks()
+	time.Sleep(window)
+	later, _ := inst.RunnerCPUTicks()
+	if used := later - after; used > 2 {
+		t.Fatalf("runner used %d ticks in the %v from 100 ms after the disconnect; it used 10 in %v while generating", used, window, window)
+	}
+}
+
+// Runtime gone → chat 503 with a clear message, /readyz false, /healthz true.
+func TestRuntimeUnreachable(t *testing.T) {
+	inst := ollamatest.Start(t) // a private one: this test kills it
+	h := startHearthd(t, true, "--model", inst.Model, "--ollama-url", inst.URL)
+	c := h.client(h.secret)
+	if _, err := c.Chat.Completions.New(context.Background(), userParams(inst.Model, "hi", 4)); err != nil {
+		t.Fatal(err)
+	}
+	inst.Close()
+	var apiErr *openai.Error
+	_, err := c.Chat.Completions.New(context.Background(), userParams(inst.Model, "hi", 4))
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || !strings.Contains(apiErr.Message, "runtime") {
+		t.Fatalf("chat with the runtime down: %v", err)
+	}
+	for path, want := range map[string]int{"/readyz": 503, "/healthz": 200} {
+		resp, err := http.Get(h.root + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: %d want %d", path, resp.StatusCode, want)
+		}
+	}
+}
+
+// hearthd starts and supervises its own Ollama, creates the model from a
+// local GGUF, and is ready only once the model is loaded: the first request
+// pays no load.
+func TestSupervisedRuntimeFromGGUF(t *testing.T) {
+	bin, err := ollamatest.FindBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gguf := filepath.Join(dir, "tiny.gguf")
+	f, err := os.Create(gguf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tinymodel.Write(f, tinymodel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	port := freePort(t)
+	h := startHearthd(t, true, "--model", "e2e-tiny", "--model-gguf", gguf, "--ollama-start", "--ollama-bin", bin,
+		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", port), "--ollama-models-dir", filepath.Join(dir, "models"))
+	c := h.client(h.secret)
+	resp, err := c.Chat.Completions.New(context.Background(), userParams("e2e-tiny", "hi", 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.CompletionTokens != 8 {
+		t.Fatalf("usage %+v", resp.Usage)
+	}
+	if !strings.Contains(h.logs(), "model loaded") {
+		t.Fatal("no model load logged before ready")
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

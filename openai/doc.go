@@ -1,0 +1,83 @@
+// Package openai is the OpenAI chat-completion wire format of the deployment
+// API: it decodes and validates requests into runtime.Request, and encodes
+// responses, server-sent event chunks and errors. It is pure functions; the
+// daemon owns the HTTP server.
+//
+// Encoders append to a caller's []byte and never use reflection, so the
+// per-token path (ChunkEncoder.AppendContent) does not allocate.
+//
+// # Request mapping
+//
+// DecodeChatRequest is strict: an explicit null is the same as an absent
+// field, and a field that is absent stays nil in runtime.Options so the
+// model's own defaults apply. Every 400 names the offending parameter in
+// OpenAI's path syntax (messages[1].content[0].type). Anything this
+// deployment cannot honour is refused rather than silently ignored.
+//
+//	OpenAI field               runtime field / outcome
+//	------------               -----------------------
+//	(body not JSON)            400, message gives the byte offset
+//	(body not an object)       400
+//	(unknown field X)          400 "Unrecognized request argument supplied: X", param X;
+//	                           unknown keys inside messages, parts, tools and
+//	                           response_format are refused the same way
+//	model                      required string; ≠ the deployment's model → 404 model_not_found
+//	messages                   Messages; required, non-empty array
+//	  .role                    system, user, assistant, tool; developer → system; other → 400
+//	  .content                 Content; string, or array of parts whose "text"
+//	                           (and, for assistant, "refusal") parts are concatenated
+//	                           without separator; image_url, input_audio, file → 400
+//	                           (text-only model). Required except for assistant.
+//	  .name                    accepted, dropped (the runtime has no participant names)
+//	  .tool_calls (assistant)  ToolCalls; type "function"; arguments, a JSON string,
+//	                           must hold a JSON object ("" counts as {}) → Arguments raw
+//	  .refusal (assistant)     used as Content when content is empty
+//	  .audio, .function_call   400
+//	  .tool_call_id (tool)     required; ToolName = name of the earlier assistant tool
+//	                           call with that id ("" when none matches: history may be trimmed)
+//	temperature                Options.Temperature, 0..2
+//	top_p                      Options.TopP, 0..1
+//	presence_penalty           Options.PresencePenalty, -2..2
+//	frequency_penalty          Options.FrequencyPenalty, -2..2
+//	seed                       Options.Seed, integer
+//	max_completion_tokens      Options.MaxTokens, integer ≥ 1
+//	max_tokens                 Options.MaxTokens, integer ≥ 1; when both are sent they
+//	                           must be equal, else 400 on max_tokens (preferring one would
+//	                           hide a client bug that changes the output length)
+//	stop                       Options.Stop; string or array of ≤ 4 strings; empty
+//	                           strings are dropped (they would stop at once)
+//	response_format            {"type":"text"} → nothing; json_object → Format "json";
+//	                           json_schema → Format = json_schema.schema (required object);
+//	                           json_schema.strict either way (decoding is constrained)
+//	tools                      Tools; ≤ 128, type "function" only, unique names matching
+//	                           ^[a-zA-Z0-9_-]{1,64}$, parameters an object (absent → empty
+//	                           object schema). function.strict is accepted either way, but
+//	                           the runtime does not constrain tool arguments to the schema.
+//	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" or a
+//	                           named function → 400: the runtime cannot force a tool call
+//	parallel_tool_calls        true → nothing; false → 400 (cannot be honoured)
+//	stream                     ChatRequest.Stream
+//	stream_options             only with stream true, else 400; include_usage →
+//	                           ChatRequest.IncludeUsage; include_obfuscation true → 400
+//	n                          1 → nothing; anything else → 400
+//	user, safety_identifier,   strings, accepted and dropped (end-user identifier and a
+//	prompt_cache_key           caching hint change nothing in the output)
+//	logit_bias                 {} → nothing; non-empty → 400
+//	logprobs                   false → nothing; true → 400
+//	top_logprobs               0 → nothing; otherwise 400
+//	store                      false → nothing; true → 400
+//	metadata                   {} → nothing; non-empty → 400 (only kept with store)
+//	service_tier               "auto", "default" → nothing; other tiers → 400
+//	modalities                 ["text"] (or []) → nothing; "audio" → 400
+//	audio, prediction,         any value → 400
+//	reasoning_effort,
+//	web_search_options
+//	functions, function_call   (deprecated) any value → 400, use tools / tool_choice
+//
+// # Errors
+//
+// Errors have OpenAI's shape {"error":{"message","type","param","code"}}:
+// 400/404/405/413/401 use type invalid_request_error, 429 uses type
+// requests with code rate_limit_exceeded, and 500/503/504 use type
+// server_error. RuntimeError maps runtime errors to these.
+package openai

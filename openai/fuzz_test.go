@@ -1,0 +1,137 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+var escapeCases = []string{
+	"", "plain ascii", `"quoted" \back\slash/`, "\x00\x01\x1f\x7f", "\b\f\n\r\t",
+	"é ü 日本 😀", "\u2028\u2029", "bad \xff\xfe utf8", "\xed\xa0\x80 surrogate",
+	"truncated \xe6\x97", "<script>&amp;</script>", "\ufffd literal", "\xc0\xaf overlong",
+}
+
+// checkAppendString checks appendString against encoding/json: the output
+// is valid JSON, contains no raw control characters or line separators,
+// and decodes to what encoding/json's own encoding of s decodes to.
+func checkAppendString(t *testing.T, s string) {
+	t.Helper()
+	out := appendString([]byte("x"), s)
+	if out[0] != 'x' {
+		t.Fatalf("dst prefix lost")
+	}
+	out = out[1:]
+	if !bytes.Equal(out, appendString(nil, []byte(s))) {
+		t.Fatalf("string and []byte encodings differ for %q", s)
+	}
+	if !json.Valid(out) || !utf8.Valid(out) {
+		t.Fatalf("invalid JSON for %q: %q", s, out)
+	}
+	for _, r := range string(out) {
+		if r < 0x20 || r == '\u2028' || r == '\u2029' {
+			t.Fatalf("raw %U in encoding of %q: %q", r, s, out)
+		}
+	}
+	var got, want string
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	std, _ := json.Marshal(s)
+	if err := json.Unmarshal(std, &want); err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("appendString(%q) decodes to %q, encoding/json gives %q", s, got, want)
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range escapeCases {
+		checkAppendString(t, s)
+	}
+	// Spot-check the exact escapes.
+	for in, want := range map[string]string{
+		"a\"b\\c":   `"a\"b\\c"`,
+		"\n\t\x01":  `"\n\t\u0001"`,
+		"\u2028x":   `"\u2028x"`,
+		"\xffok":    `"\ufffdok"`,
+		"é":         `"é"`,
+		"\x7f<&>":   "\"\x7f<&>\"",
+		"\b\f\r":    `"\b\f\r"`,
+		"\xe2\x80":  `"\ufffd\ufffd"`,
+		"\u2029end": `"\u2029end"`,
+	} {
+		if got := string(appendString(nil, in)); got != want {
+			t.Errorf("appendString(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range escapeCases {
+		f.Add(s)
+	}
+	f.Fuzz(checkAppendString)
+}
+
+var decodeSeeds = []string{
+	body(""),
+	body(`"temperature":0.5,"top_p":1,"max_tokens":10,"stop":["x"],"seed":1,"stream":true,"stream_options":{"include_usage":true}`),
+	body(`"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{"type":"object"}}}`),
+	body(`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto"`),
+	`{"model":"` + testModel + `","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function",` +
+		`"function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
+	`{"model":"` + testModel + `","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
+	`{"model":"x","messages":[]}`, `[]`, `null`, `{"model":`, `{}`, body(`"foo":1`),
+}
+
+func FuzzDecodeChatRequest(f *testing.F) {
+	for _, s := range decodeSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, e := DecodeChatRequest(b, testModel)
+		if (r == nil) == (e == nil) {
+			t.Fatalf("got request %v and error %v", r, e)
+		}
+		if e != nil {
+			if e.Status < 400 || e.Status > 499 || e.Message == "" || e.Type == "" {
+				t.Fatalf("bad error %+v", e)
+			}
+			if !json.Valid(AppendErrorJSON(nil, e)) {
+				t.Fatalf("error encodes to invalid JSON: %+v", e)
+			}
+			return
+		}
+		if r.Model != testModel || len(r.Runtime.Messages) == 0 {
+			t.Fatalf("bad request %+v", r)
+		}
+		if r.IncludeUsage && !r.Stream {
+			t.Fatalf("include_usage without stream")
+		}
+		for _, m := range r.Runtime.Messages {
+			if !strings.Contains(" system user assistant tool ", " "+m.Role+" ") {
+				t.Fatalf("role %q", m.Role)
+			}
+			for _, tc := range m.ToolCalls {
+				if !json.Valid(tc.Arguments) || tc.Arguments[0] != '{' {
+					t.Fatalf("tool call arguments %q", tc.Arguments)
+				}
+			}
+		}
+		if r.Runtime.Format != nil && !json.Valid(r.Runtime.Format) {
+			t.Fatalf("format %q", r.Runtime.Format)
+		}
+		for _, tl := range r.Runtime.Tools {
+			if !validName(tl.Name) || !json.Valid(tl.Parameters) {
+				t.Fatalf("tool %+v", tl)
+			}
+		}
+		if o := r.Runtime.Options; o.MaxTokens != nil && *o.MaxTokens < 1 || len(o.Stop) > maxStop {
+			t.Fatalf("options %+v", o)
+		}
+	})
+}
