@@ -88,6 +88,15 @@ func NewAPI(cfg APIConfig, rt runtime.Runtime, keys Keys, log *slog.Logger) *API
 // /readyz is false.
 func (a *API) SetWarm(v bool) { a.warm.Store(v) }
 
+// healthy reports whether the deployment can serve: the model is loaded and
+// the runtime answers. The node agent reports it to the control plane.
+func (a *API) healthy(ctx context.Context) error {
+	if !a.warm.Load() {
+		return errors.New("model is loading")
+	}
+	return a.rt.Ready(ctx)
+}
+
 // Server returns a fasthttp server for this API with the given limits.
 func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 	return &fasthttp.Server{

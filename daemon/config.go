@@ -55,6 +55,38 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight requests may finish after
 	// SIGTERM before they are ended.
 	ShutdownTimeout time.Duration
+
+	// MetricsListen serves Prometheus metrics on its own listener (default
+	// loopback) so the public API port does not expose them; "" disables.
+	MetricsListen string
+	// TLSCert and TLSKey make the deployment API serve HTTPS; the files are
+	// re-read when they change (certificate renewal without a restart).
+	TLSCert string
+	TLSKey  string
+	// AllowPlainHTTP permits plain HTTP on a non-loopback address. Off by
+	// default: the deployment URL is public, so plain HTTP is loopback-only.
+	AllowPlainHTTP bool
+
+	// ControlURL and EnrollmentToken join the node to a control plane;
+	// empty ControlURL means standalone.
+	ControlURL      string
+	EnrollmentToken string
+	// NodeChip, NodeRAM and NodeStorage describe this node's hardware when
+	// it enrolls (RAM and storage in GB).
+	NodeChip    string
+	NodeRAM     int
+	NodeStorage int
+	// Firewall enables nftables enforcement on this host. Off in dev modes
+	// (make run): the host's firewall is never touched unless enabled.
+	Firewall bool
+	// SSHUser is the user whose ~/.ssh/authorized_keys hearthd manages;
+	// AuthorizedKeysFile overrides the path (tests, dev). Neither set: SSH
+	// keys are not managed.
+	SSHUser            string
+	AuthorizedKeysFile string
+
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
 }
 
 // Defaults returns a Config with every default filled in.
@@ -73,6 +105,8 @@ func Defaults() Config {
 		IdleTimeout:       120 * time.Second,
 		WriteStallTimeout: 30 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
+		MetricsListen:     "127.0.0.1:9464",
+		LogLevel:          "info",
 	}
 }
 

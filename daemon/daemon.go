@@ -93,6 +93,27 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model)
 
+	if cfg.ControlURL != "" {
+		fw, runFW, sshKeys, err := enforcers(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := runFW(bg); err != nil {
+				log.Error("firewall drift repair stopped", "err", err)
+			}
+		}()
+		agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
+		agentDone := make(chan struct{})
+		go func() {
+			defer close(agentDone)
+			if err := agent.Run(bg); err != nil {
+				log.Error("node agent stopped", "err", err)
+			}
+		}()
+		defer func() { stopBG(); <-agentDone }()
+	}
+
 	warmErr := make(chan error, 1)
 	go func() { warmErr <- warmUp(ctx, rt, cfg, log) }()
 

@@ -86,7 +86,19 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time")
 	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", cfg.WriteStallTimeout, "longest a client may stall one write")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "drain time on SIGTERM")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "Prometheus metrics address (\"\" disables)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; re-read when renewed)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key for --tls-cert")
+	fs.BoolVar(&cfg.AllowPlainHTTP, "allow-plain-http", false, "allow plain HTTP on a non-loopback --listen")
+	fs.StringVar(&cfg.ControlURL, "control-url", "", "control plane base URL (empty: standalone)")
+	fs.StringVar(&cfg.EnrollmentToken, "enrollment-token", "", "token to enroll with the control plane (first start)")
+	fs.StringVar(&cfg.NodeChip, "node-chip", "", "this node's chip, reported at enrollment")
+	fs.IntVar(&cfg.NodeRAM, "node-ram", 0, "this node's RAM in GB, reported at enrollment")
+	fs.IntVar(&cfg.NodeStorage, "node-storage", 0, "this node's storage in GB, reported at enrollment")
+	fs.BoolVar(&cfg.Firewall, "firewall", false, "enforce firewall rules with nftables on this host")
+	fs.StringVar(&cfg.SSHUser, "ssh-user", "", "manage this user's ~/.ssh/authorized_keys")
+	fs.StringVar(&cfg.AuthorizedKeysFile, "authorized-keys-file", "", "manage this authorized_keys file instead")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,7 +106,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToLower(*logLevel))); err != nil {
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel))); err != nil {
 		return fmt.Errorf("config log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))

@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"strconv"
+
+	"github.com/hearthd/hearth/firewall"
+	"github.com/hearthd/hearth/nodeapi"
+	"github.com/hearthd/hearth/sshkeys"
+)
+
+// enforcers builds what applies the desired state on this host. The host's
+// firewall is touched only when Firewall is enabled, and authorized_keys
+// only when a user or file is configured, so dev modes change nothing.
+func enforcers(ctx context.Context, cfg Config, log *slog.Logger) (firewall.Firewall, func(context.Context) error, sshkeys.Keys, error) {
+	var fw firewall.Firewall = &firewall.Noop{}
+	runFW := func(context.Context) error { return nil }
+	if cfg.Firewall {
+		cp, err := controlPlaneAddrs(ctx, cfg.ControlURL)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		nft, err := firewall.New(firewall.Config{ControlPlane: cp, Logger: log.With("component", "firewall")})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("firewall: %w", err)
+		}
+		fw, runFW = nft, nft.Run
+	} else {
+		log.Info("firewall enforcement off: rules are validated and reported, the host's nftables is not touched")
+	}
+
+	var keys sshkeys.Keys = unmanagedKeys{}
+	if cfg.SSHUser != "" || cfg.AuthorizedKeysFile != "" {
+		f, err := sshkeys.New(sshkeys.Config{User: cfg.SSHUser, Path: cfg.AuthorizedKeysFile, Logger: log.With("component", "sshkeys")})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("ssh keys: %w", err)
+		}
+		keys = f
+	} else {
+		log.Info("SSH keys not managed: no ssh-user or authorized-keys-file configured")
+	}
+	return fw, runFW, keys, nil
+}
+
+// unmanagedKeys validates keys like the real writer but writes nothing: the
+// node was not told whose authorized_keys to manage.
+type unmanagedKeys struct{}
+
+func (unmanagedKeys) Sync(_ context.Context, keys []sshkeys.Key) error {
+	for _, k := range keys {
+		if _, err := sshkeys.Parse(k.PublicKey); err != nil {
+			return fmt.Errorf("key %s: %w", k.ID, err)
+		}
+	}
+	return nil
+}
+
+// controlPlaneAddrs resolves the control plane's address(es), which the
+// firewall always lets the node reach.
+func controlPlaneAddrs(ctx context.Context, controlURL string) ([]netip.AddrPort, error) {
+	if controlURL == "" {
+		return nil, nil
+	}
+	u, err := url.Parse(controlURL)
+	if err != nil {
+		return nil, fmt.Errorf("config control-url: %w", err)
+	}
+	hp, err := hostPort(controlURL)
+	if err != nil {
+		return nil, err
+	}
+	_, portStr, _ := net.SplitHostPort(hp)
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("config control-url: bad port %q", portStr)
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+	if err != nil {
+		return nil, fmt.Errorf("resolve control plane %s: %w", u.Hostname(), err)
+	}
+	out := make([]netip.AddrPort, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
+	}
+	return out, nil
+}
+
+// nodeAgent builds the node agent when a control plane is configured.
+func nodeAgent(cfg Config, fw firewall.Firewall, keys sshkeys.Keys, health func(context.Context) error, log *slog.Logger) *NodeAgent {
+	return NewNodeAgent(NodeConfig{
+		ControlURL:      cfg.ControlURL,
+		EnrollmentToken: cfg.EnrollmentToken,
+		Hardware:        nodeapi.Hardware{Chip: cfg.NodeChip, RAM: cfg.NodeRAM, Storage: cfg.NodeStorage},
+		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
+	}, fw, keys, health, log)
+}
