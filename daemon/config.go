@@ -26,6 +26,12 @@ type Config struct {
 	// ModelGGUF, if set, is a local GGUF file the model is created from when
 	// the runtime does not have it yet; otherwise it is pulled by name.
 	ModelGGUF string
+	// ModelTemplate is a file holding the Ollama chat template to create
+	// the model from ModelGGUF with; ModelParams are its Ollama parameters
+	// (num_predict, num_ctx, stop, …). A GGUF whose template Ollama cannot
+	// detect needs them.
+	ModelTemplate string
+	ModelParams   map[string]any
 
 	// OllamaURL is the runtime's base URL.
 	OllamaURL string

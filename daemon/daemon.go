@@ -157,9 +157,17 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 // warmUp makes sure the model exists and is loaded, retrying with backoff
 // while the runtime is unreachable (it may still be starting).
 func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, log *slog.Logger) error {
+	src := ollama.ModelSource{GGUFPath: cfg.ModelGGUF, Parameters: cfg.ModelParams}
+	if cfg.ModelTemplate != "" {
+		b, err := os.ReadFile(cfg.ModelTemplate)
+		if err != nil {
+			return fmt.Errorf("config model-template: %w", err)
+		}
+		src.Template = string(b)
+	}
 	backoff := 250 * time.Millisecond
 	for {
-		err := rt.EnsureModel(ctx, ollama.ModelSource{GGUFPath: cfg.ModelGGUF})
+		err := rt.EnsureModel(ctx, src)
 		if err == nil {
 			var took time.Duration
 			took, err = rt.Warm(ctx)

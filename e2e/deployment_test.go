@@ -431,8 +431,13 @@ func TestSupervisedRuntimeFromGGUF(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
+	tmpl := filepath.Join(dir, "tiny.template")
+	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t)
-	h := startHearthd(t, true, "--model", "e2e-tiny", "--model-gguf", gguf, "--ollama-start", "--ollama-bin", bin,
+	h := startHearthd(t, true, "--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
+		"--model-param", "num_predict=12", "--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", bin,
 		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", port), "--ollama-models-dir", filepath.Join(dir, "models"))
 	c := h.client(h.secret)
 	resp, err := c.Chat.Completions.New(context.Background(), userParams("e2e-tiny", "hi", 8))
@@ -441,6 +446,15 @@ func TestSupervisedRuntimeFromGGUF(t *testing.T) {
 	}
 	if resp.Usage.CompletionTokens != 8 {
 		t.Fatalf("usage %+v", resp.Usage)
+	}
+	// Without max_tokens the model's own parameters apply (num_predict).
+	resp, err = c.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "e2e-tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Usage.CompletionTokens != 12 || resp.Choices[0].FinishReason != "length" {
+		t.Fatalf("without max_tokens: usage %+v finish %q", resp.Usage, resp.Choices[0].FinishReason)
 	}
 	if !strings.Contains(h.logs(), "model loaded") {
 		t.Fatal("no model load logged before ready")

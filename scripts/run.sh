@@ -14,12 +14,14 @@ var=$PWD/var
 ollama_bin=$(scripts/ensure-ollama.sh)
 mkdir -p "$var" bin
 go build -o bin/ ./cmd/hearthd ./cmd/hearth-tinymodel
-[ -f "$var/tiny.gguf" ] || bin/hearth-tinymodel -o "$var/tiny.gguf"
+# The tiny model: random weights, real tokens; its chat template and
+# parameters (num_predict caps a generation the model would never end).
+params=$(bin/hearth-tinymodel -o "$var/tiny.gguf" -template "$var/tiny.template" -print-params)
 
 bin/hearthd serve \
   --listen "127.0.0.1:$api_port" \
   --state-dir "$var/state" \
-  --model "$model" --model-gguf "$var/tiny.gguf" \
+  --model "$model" --model-gguf "$var/tiny.gguf" --model-template "$var/tiny.template" $params \
   --ollama-start --ollama-bin "$ollama_bin" \
   --ollama-url "http://127.0.0.1:$ollama_port" \
   --ollama-models-dir "$var/ollama-models" \

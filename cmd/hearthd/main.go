@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -74,6 +75,18 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.AdminSocket, "admin-socket", "", "admin unix socket (default STATE_DIR/admin.sock)")
 	fs.StringVar(&cfg.Model, "model", cfg.Model, "the deployment's model (runtime name and API id)")
 	fs.StringVar(&cfg.ModelGGUF, "model-gguf", "", "create the model from this local GGUF file if the runtime lacks it")
+	fs.StringVar(&cfg.ModelTemplate, "model-template", "", "Ollama chat template file for --model-gguf")
+	fs.Func("model-param", "Ollama parameter `key=value` for --model-gguf (repeatable)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want key=value, got %q", s)
+		}
+		if cfg.ModelParams == nil {
+			cfg.ModelParams = map[string]any{}
+		}
+		cfg.ModelParams[k] = paramValue(v)
+		return nil
+	})
 	fs.StringVar(&cfg.OllamaURL, "ollama-url", cfg.OllamaURL, "model runtime (Ollama) base URL")
 	fs.BoolVar(&cfg.OllamaStart, "ollama-start", false, "start and supervise `ollama serve` on --ollama-url's address")
 	fs.StringVar(&cfg.OllamaBin, "ollama-bin", cfg.OllamaBin, "ollama binary for --ollama-start")
@@ -111,6 +124,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	return daemon.Run(ctx, cfg, version, log)
+}
+
+// paramValue types an Ollama parameter value: integer, float, bool or text.
+func paramValue(v string) any {
+	if i, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return i
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		return f
+	}
+	if b, err := strconv.ParseBool(v); err == nil {
+		return b
+	}
+	return v
 }
 
 func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {

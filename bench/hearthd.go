@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// HearthdOptions start one hearthd process.
+type HearthdOptions struct {
+	Bin       string // the hearthd binary
+	StateDir  string
+	Model     string
+	OllamaURL string
+	// MaxConcurrent and MaxQueue are hearthd's admission limits; the bench
+	// sets them above its largest scenario so that admission never sheds.
+	MaxConcurrent int
+	MaxQueue      int
+	// Extra arguments for `hearthd serve`, e.g. --model-gguf.
+	Extra []string
+	// Log receives hearthd's stderr; nil discards it.
+	Log io.Writer
+	// ReadyTimeout bounds the wait for /readyz; default 2 minutes.
+	ReadyTimeout time.Duration
+}
+
+// Hearthd is a running hearthd process.
+type Hearthd struct {
+	URL     string // base URL, e.g. http://127.0.0.1:41235
+	PID     int
+	Started time.Time // when the process was started
+	Ready   time.Time // when /readyz first answered 200
+	cmd     *exec.Cmd
+	exited  chan error
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// FreePort returns a loopback address with a port that was free a moment ago.
+func FreePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find free port: %w", err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		return "", fmt.Errorf("find free port: %w", err)
+	}
+	return addr, nil
+}
+
+// CreateKey makes an API key with `hearthd keys create` on a stopped
+// daemon's state directory and returns it.
+func CreateKey(ctx context.Context, bin, stateDir, name string) (string, error) {
+	out, err := exec.CommandContext(ctx, bin, "keys", "create", "--name", name, "--state-dir", stateDir).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("hearthd keys create: %w: %s", err, bytes.TrimSpace(out))
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "hearth_live_") {
+			return line, nil
+		}
+	}
+	return "", errors.New("hearthd keys create printed no key")
+}
+
+// StartHearthd starts `hearthd serve` and waits until /readyz answers 200.
+func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
+	addr, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	if o.ReadyTimeout <= 0 {
+		o.ReadyTimeout = 2 * time.Minute
+	}
+	args := []string{"serve", "--listen", addr, "--state-dir", o.StateDir, "--model", o.Model,
+		"--ollama-url", o.OllamaURL, "--log-level", "warn"}
+	if o.MaxConcurrent > 0 {
+		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
+	}
+	if o.MaxQueue > 0 {
+		args = append(args, "--max-queue", strconv.Itoa(o.MaxQueue))
+	}
+	args = append(args, o.Extra...)
+	// Not CommandContext: the process must outlive the start-up context and
+	// is stopped by Stop.
+	cmd := exec.Command(o.Bin, args...)
+	cmd.Stdout = o.Log
+	cmd.Stderr = o.Log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	h := &Hearthd{URL: "http://" + addr, cmd: cmd, exited: make(chan error, 1)}
+	h.Started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start hearthd: %w", err)
+	}
+	h.PID = cmd.Process.Pid
+	go func() { h.exited <- cmd.Wait() }()
+	if err := waitReady(ctx, h.URL+"/readyz", o.ReadyTimeout, h.exited); err != nil {
+		_ = h.Stop()
+		return nil, fmt.Errorf("hearthd not ready: %w", err)
+	}
+	h.Ready = time.Now()
+	return h, nil
+}
+
+// waitReady polls url until it answers 200, the process exits or the
+// timeout passes.
+func waitReady(ctx context.Context, url string, timeout time.Duration, exited <-chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Timeout: 2 * time.Second}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("build readiness request: %w", err)
+		}
+		if resp, err := client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("process exited: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s: %w", url, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop sends SIGTERM, waits up to 10 s, then kills. Calling it again
+// returns the first call's result.
+func (h *Hearthd) Stop() error {
+	h.stopOnce.Do(func() {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-h.exited:
+			var exit *exec.ExitError
+			if err != nil && !errors.As(err, &exit) {
+				h.stopErr = fmt.Errorf("wait for hearthd: %w", err)
+			}
+		case <-time.After(10 * time.Second):
+			slog.Warn("hearthd did not stop on SIGTERM; killing", "pid", h.PID)
+			_ = h.cmd.Process.Kill()
+			<-h.exited
+			h.stopErr = errors.New("hearthd did not stop within 10s of SIGTERM")
+		}
+	})
+	return h.stopErr
+}
+
+// ensureDir creates dir.
+func ensureDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ollama/ollama/api"
+
+	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/runtime/tinymodel"
+)
+
+// Ollama is a private `ollama serve` on loopback.
+type Ollama struct {
+	URL    string
+	PID    int
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+// StartOllama starts bin serve on a free loopback port with its models and
+// keys under dir, and waits until it answers.
+func StartOllama(ctx context.Context, bin, dir string, log io.Writer) (*Ollama, error) {
+	addr, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	models := filepath.Join(dir, "models")
+	if err := ensureDir(models); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Dir = dir
+	cmd.Env = []string{
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + dir,
+		"OLLAMA_HOST=" + addr,
+		"OLLAMA_MODELS=" + models,
+		"OLLAMA_NOPRUNE=1",
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group, so Stop also ends the runner it spawns.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s serve: %w", bin, err)
+	}
+	o := &Ollama{URL: "http://" + addr, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
+	go func() { o.exited <- cmd.Wait() }()
+	if err := waitReady(ctx, o.URL+"/api/version", 30*time.Second, o.exited); err != nil {
+		o.Stop()
+		return nil, fmt.Errorf("ollama not ready: %w", err)
+	}
+	return o, nil
+}
+
+// Stop ends the process group: SIGTERM, then SIGKILL after 10 s.
+func (o *Ollama) Stop() {
+	_ = syscall.Kill(-o.PID, syscall.SIGTERM)
+	select {
+	case <-o.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-o.PID, syscall.SIGKILL)
+		<-o.exited
+	}
+}
+
+// RealOptions configure the real-runtime comparison.
+type RealOptions struct {
+	HearthdBin, OllamaBin string
+	WorkDir               string
+	// Rounds alternate direct and through runs of Duration each, so drift
+	// on a shared machine hits both sides alike.
+	Rounds      int
+	Duration    time.Duration
+	Concurrency int
+	MaxTokens   int
+	ColdRuns    int
+	Log         io.Writer
+}
+
+// RealRound is one direct and one through run.
+type RealRound struct {
+	Direct  Side `json:"direct"`
+	Through Side `json:"through"`
+}
+
+// RealResult compares Ollama's own OpenAI endpoint with hearthd in front of
+// the same Ollama.
+type RealResult struct {
+	Model       string      `json:"model"`
+	Concurrency int         `json:"concurrency"`
+	MaxTokens   int         `json:"max_tokens"`
+	Rounds      []RealRound `json:"rounds"`
+	// Aggregates over rounds.
+	DirectTokensPS  float64 `json:"direct_tokens_per_s"`
+	ThroughTokensPS float64 `json:"through_tokens_per_s"`
+	TokensPSRatio   float64 `json:"tokens_per_s_ratio"`
+	DirectTTFTP50   float64 `json:"direct_ttft_p50_us"`
+	ThroughTTFTP50  float64 `json:"through_ttft_p50_us"`
+	TTFTRatio       float64 `json:"ttft_p50_ratio"`
+	Errors          int     `json:"errors"`
+	// HearthdCPUusPerToken is hearthd's CPU per relayed token: on a CPU
+	// runtime it is taken from generation.
+	HearthdCPUusPerToken float64          `json:"hearthd_cpu_us_per_token"`
+	ColdStart            *ColdStartResult `json:"cold_start,omitempty"`
+}
+
+// Markdown renders the comparison.
+func (r *RealResult) Markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Real runtime (Ollama %s + %s, %d stream(s), max_tokens %d, %d alternating rounds):\n\n",
+		mockVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds))
+	b.WriteString("| | Ollama /v1 direct | through hearthd | ratio |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.ThroughTokensPS, r.TokensPSRatio)
+	fmt.Fprintf(&b, "| TTFT p50 | %s | %s | %.3f× |\n", us(r.DirectTTFTP50), us(r.ThroughTTFTP50), r.TTFTRatio)
+	fmt.Fprintf(&b, "| errors | | | %d |\n", r.Errors)
+	fmt.Fprintf(&b, "| hearthd CPU per token | | %.1f µs | |\n\n", r.HearthdCPUusPerToken)
+	if c := r.ColdStart; c != nil {
+		fmt.Fprintf(&b, "First request after hearthd start (real runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
+			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
+	}
+	return b.String()
+}
+
+// RunReal starts Ollama with the tiny model and hearthd in front of it and
+// drives the same prompts at both.
+func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.OllamaBin == "" {
+		bin, err := ollamatest.FindBinary()
+		if err != nil {
+			return nil, err
+		}
+		o.OllamaBin = bin
+	}
+	dir := filepath.Join(o.WorkDir, "real")
+	if err := ensureDir(dir); err != nil {
+		return nil, err
+	}
+	ol, err := StartOllama(ctx, o.OllamaBin, dir, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer ol.Stop()
+	gguf := filepath.Join(dir, "tiny.gguf")
+	if err := tinymodel.WriteFile(gguf, tinymodel.Options{}); err != nil {
+		return nil, fmt.Errorf("write tiny model: %w", err)
+	}
+	u, err := url.Parse(ol.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse ollama url: %w", err)
+	}
+	model := ollamatest.ModelName
+	if err := ollamatest.CreateModel(ctx, api.NewClient(u, http.DefaultClient), model, gguf); err != nil {
+		return nil, err
+	}
+	state := filepath.Join(dir, "hearthd-state")
+	if err := ensureDir(state); err != nil {
+		return nil, err
+	}
+	key, err := CreateKey(ctx, o.HearthdBin, state, "bench")
+	if err != nil {
+		return nil, err
+	}
+	start := func(ctx context.Context) (*Hearthd, error) {
+		return StartHearthd(ctx, HearthdOptions{
+			Bin: o.HearthdBin, StateDir: state, Model: model, OllamaURL: ol.URL,
+			MaxConcurrent: 64, MaxQueue: 256, Log: o.Log,
+		})
+	}
+	h, err := start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = h.Stop() }()
+
+	res := &RealResult{Model: model, Concurrency: o.Concurrency, MaxTokens: o.MaxTokens}
+	lc := LoadConfig{Model: model, MaxTokens: o.MaxTokens, Concurrency: o.Concurrency, Duration: o.Duration,
+		Prompt: "Tell me a long story about a fox and a dog."}
+	direct, through := lc, lc
+	direct.Target = ol.URL + "/v1"
+	through.Target, through.Key = h.URL+"/api/v1", key
+	// Warm both paths (connections, the runner's caches) before measuring.
+	for _, w := range []LoadConfig{direct, through} {
+		w.Duration, w.Requests = 0, 2
+		if _, err := RunLoad(ctx, w); err != nil {
+			return nil, fmt.Errorf("warm up: %w", err)
+		}
+	}
+	var dTok, tTok, dSec, tSec, dTTFT, tTTFT, hCPU float64
+	for i := range max(o.Rounds, 1) {
+		var round RealRound
+		measure := func(lc LoadConfig, hpid int) (Side, error) { return MeasureSide(ctx, lc, ol.PID, hpid) }
+		if i%2 == 0 {
+			if round.Direct, err = measure(direct, 0); err == nil {
+				round.Through, err = measure(through, h.PID)
+			}
+		} else {
+			if round.Through, err = measure(through, h.PID); err == nil {
+				round.Direct, err = measure(direct, 0)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("real round %d: %w", i, err)
+		}
+		res.Rounds = append(res.Rounds, round)
+		dTok += float64(round.Direct.Tokens)
+		tTok += float64(round.Through.Tokens)
+		dSec += round.Direct.ElapsedS
+		tSec += round.Through.ElapsedS
+		dTTFT += round.Direct.TTFT.P50
+		tTTFT += round.Through.TTFT.P50
+		hCPU += round.Through.HearthdCPUS
+		res.Errors += round.Direct.Errors + round.Through.Errors
+	}
+	n := float64(len(res.Rounds))
+	if dSec > 0 && tSec > 0 {
+		res.DirectTokensPS, res.ThroughTokensPS = dTok/dSec, tTok/tSec
+		res.TokensPSRatio = res.ThroughTokensPS / res.DirectTokensPS
+	}
+	if tTok > 0 {
+		res.HearthdCPUusPerToken = hCPU / tTok * 1e6
+	}
+	res.DirectTTFTP50, res.ThroughTTFTP50 = dTTFT/n, tTTFT/n
+	if dTTFT > 0 {
+		res.TTFTRatio = tTTFT / dTTFT
+	}
+	if o.ColdRuns > 0 {
+		if err := h.Stop(); err != nil {
+			return nil, err
+		}
+		clc := lc
+		clc.Key = key
+		cs, err := ColdStart(ctx, o.ColdRuns, 10, start, clc)
+		if err != nil {
+			return nil, err
+		}
+		res.ColdStart = &cs
+	}
+	return res, nil
+}

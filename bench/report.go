@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Machine describes where a report was measured.
+type Machine struct {
+	NProc  int    `json:"nproc"`
+	CPU    string `json:"cpu"`
+	Kernel string `json:"kernel"`
+	Go     string `json:"go"`
+}
+
+// ThisMachine reads the machine description from /proc.
+func ThisMachine() Machine {
+	m := Machine{NProc: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// Report is one benchmark run.
+type Report struct {
+	Started   time.Time        `json:"started"`
+	Machine   Machine          `json:"machine"`
+	Command   string           `json:"command"`
+	Scenarios []ScenarioResult `json:"scenarios"`
+	// MaxThroughput names the scenario with the most relayed tokens/s.
+	MaxThroughput string           `json:"max_throughput_scenario,omitempty"`
+	ColdStart     *ColdStartResult `json:"cold_start,omitempty"`
+	Real          *RealResult      `json:"real_runtime,omitempty"`
+	Notes         []string         `json:"notes,omitempty"`
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+
+func us(v float64) string {
+	switch {
+	case v >= 10000 || v <= -10000:
+		return fmt.Sprintf("%.1f ms", v/1000)
+	default:
+		return fmt.Sprintf("%.0f µs", v)
+	}
+}
+
+// Markdown renders the report's tables.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	if !r.Started.IsZero() {
+		fmt.Fprintf(&b, "Run %s on %d × %s, Linux %s, %s.\n\n", r.Started.UTC().Format(time.RFC3339),
+			r.Machine.NProc, r.Machine.CPU, r.Machine.Kernel, r.Machine.Go)
+	}
+	if r.Command != "" {
+		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
+	}
+	if len(r.Scenarios) > 0 {
+		b.WriteString("| scenario | load | TTFT p50 direct / through | TTFT p99 direct / through | added TTFT p50 / p99 | inter-token p99 direct / through | completions/s direct / through | tokens/s direct / through | hearthd CPU-s per 1M tokens | hearthd RSS peak / HWM MiB | errors direct / through | CPU-µs/token hearthd / mock / loadgen |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Scenarios {
+			sc := s.Scenario
+			load := fmt.Sprintf("closed %d streams", sc.Concurrency)
+			if sc.Rate > 0 {
+				load = fmt.Sprintf("open %.0f req/s", sc.Rate)
+			}
+			pace := "unlimited"
+			if sc.Mock.TPS > 0 {
+				pace = fmt.Sprintf("%.0f tok/s", sc.Mock.TPS)
+			}
+			load += fmt.Sprintf(", %d tok @ %s, TTFT %s, %s", sc.Tokens, pace, sc.Mock.TTFT, sc.Duration.Round(time.Millisecond))
+			mock := "n/a"
+			if s.Through.MockCPUS > 0 && s.Through.Tokens > 0 {
+				mock = fmt.Sprintf("%.1f", s.Through.MockCPUS/float64(s.Through.Tokens)*1e6)
+			}
+			lg := 0.0
+			if s.Through.Tokens > 0 {
+				lg = s.Through.LoadgenCPUS / float64(s.Through.Tokens) * 1e6
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f / %.0f | %.0f / %.0f | %.2f | %s / %s | %d / %d | %.1f / %s / %.1f |\n",
+				sc.Name, load,
+				us(s.Direct.TTFT.P50), us(s.Through.TTFT.P50),
+				us(s.Direct.TTFT.P99), us(s.Through.TTFT.P99),
+				us(s.AddedTTFTP50us), us(s.AddedTTFTP99us),
+				us(s.Direct.Gap.P99), us(s.Through.Gap.P99),
+				s.Direct.CompletionsPS, s.Through.CompletionsPS,
+				s.Direct.TokensPS, s.Through.TokensPS,
+				s.HearthdCPUSPerMTokens,
+				mib(s.Through.HearthdRSSPeak), mib(s.Through.HearthdHWM),
+				s.Direct.Errors, s.Through.Errors,
+				s.HearthdCPUusPerToken, mock, lg)
+		}
+		b.WriteString("\n")
+	}
+	if c := r.ColdStart; c != nil {
+		fmt.Fprintf(&b, "First request after start (mock runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
+			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
+	}
+	if rr := r.Real; rr != nil {
+		b.WriteString(rr.Markdown())
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	return b.String()
+}
+
+// Write stores the report as JSON and Markdown in dir, named by its start
+// time, and as latest.json / latest.md.
+func (r *Report) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", fmt.Errorf("encode report: %w", err)
+	}
+	md := []byte(r.Markdown())
+	stamp := r.Started.UTC().Format("20060102T150405Z")
+	for name, data := range map[string][]byte{
+		stamp + ".json": js, stamp + ".md": md, "latest.json": js, "latest.md": md,
+	} {
+		if err := writeFile(filepath.Join(dir, name), bytes.TrimRight(data, "\n")); err != nil {
+			return "", err
+		}
+	}
+	return filepath.Join(dir, stamp+".md"), nil
+}

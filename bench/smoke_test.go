@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildHearthd builds the hearthd binary the smoke run drives.
+func buildHearthd(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hearthd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/hearthd/hearth/cmd/hearthd").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build hearthd: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestSmoke runs the benchmark end to end with tiny numbers — mock runtime,
+// load generator and a real hearthd process — so that it cannot rot. It
+// checks that the numbers are sane, never how fast they are.
+func TestSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mock := startTestMock(t, MockConfig{})
+	var logs strings.Builder
+	s := &Suite{
+		HearthdBin: buildHearthd(t), MockURL: mock.URL, Model: "bench",
+		WorkDir: t.TempDir(), MaxStreams: 64, Verify: true, HearthdLog: &logs,
+	}
+	if err := s.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.key, "hearth_live_") {
+		t.Fatalf("key %q", s.key)
+	}
+	h, err := s.StartHearthd(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := h.Stop(); err != nil { // a second Stop is a no-op
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("hearthd output:\n%s", logs.String())
+		}
+	}()
+	scenarios := []Scenario{
+		{Name: "closed", Concurrency: 4, Duration: 300 * time.Millisecond, Tokens: 12,
+			Mock: MockConfig{TPS: 2000, TTFT: time.Millisecond}},
+		{Name: "open", Concurrency: 16, Rate: 40, Duration: 300 * time.Millisecond, Tokens: 5,
+			Mock: MockConfig{TPS: 0, TTFT: time.Millisecond}},
+	}
+	for _, sc := range scenarios {
+		before := mock.Stats()
+		r, err := s.RunScenario(ctx, h, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := mock.Stats()
+		for name, side := range map[string]Side{"direct": r.Direct, "through": r.Through} {
+			if side.Errors != 0 || side.Completed == 0 || side.Completed != side.Requests {
+				t.Errorf("%s %s: %d of %d completed, %d errors %v", sc.Name, name, side.Completed, side.Requests, side.Errors, side.ErrorSamples)
+			}
+			if side.Tokens != int64(side.Completed*sc.Tokens) {
+				t.Errorf("%s %s: %d tokens for %d completions of %d", sc.Name, name, side.Tokens, side.Completed, sc.Tokens)
+			}
+			if side.TTFT.N != side.Completed || side.TTFT.P50 <= 0 || side.TTFT.P99 < side.TTFT.P50 {
+				t.Errorf("%s %s: TTFT %+v", sc.Name, name, side.TTFT)
+			}
+			if side.Gap.N != side.Completed*(sc.Tokens-1) || side.TokensPS <= 0 {
+				t.Errorf("%s %s: gaps %+v tokens/s %v", sc.Name, name, side.Gap, side.TokensPS)
+			}
+		}
+		// Every token the mock generated reached the client.
+		if got, want := r.Direct.Tokens+r.Through.Tokens, after.Tokens-before.Tokens; got != want {
+			t.Errorf("%s: clients got %d tokens, mock sent %d", sc.Name, got, want)
+		}
+		if r.Through.HearthdCPUS < 0 || r.Through.HearthdRSSPeak <= 0 || r.Through.HearthdHWM < r.Through.HearthdRSSPeak/2 {
+			t.Errorf("%s: hearthd process stats %+v", sc.Name, r.Through)
+		}
+		rep := Report{Scenarios: []ScenarioResult{r}}
+		if md := rep.Markdown(); !strings.Contains(md, sc.Name) {
+			t.Errorf("markdown lacks scenario %s:\n%s", sc.Name, md)
+		}
+	}
+
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// ColdStart starts and stops its own daemons.
+	cs, err := ColdStart(ctx, 1, 5, s.StartHearthd, LoadConfig{Model: "bench", Key: s.key, MaxTokens: 3, ExpectTokens: 3, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.FirstTTFTus) != 1 || cs.FirstTTFTus[0] <= 0 || cs.SteadyTTFT.N != 5 || cs.Ratio <= 0 {
+		t.Fatalf("cold start %+v", cs)
+	}
+}

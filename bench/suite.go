@@ -1,0 +1,333 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Scenario is one load shape, driven once directly at the runtime and once
+// through hearthd.
+type Scenario struct {
+	Name string `json:"name"`
+	// Concurrency is the number of closed-loop streams, or with Rate the cap
+	// on requests in flight.
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate,omitempty"`
+	// Duration and Ramp as in LoadConfig.
+	Duration time.Duration `json:"duration_ns"`
+	Ramp     time.Duration `json:"ramp_ns,omitempty"`
+	// Tokens per response, asked for with max_tokens.
+	Tokens int `json:"tokens"`
+	// Mock paces the mock runtime (ignored for a real runtime).
+	Mock MockConfig `json:"mock"`
+}
+
+// Side is what the load generator measured against one target.
+type Side struct {
+	Target         string   `json:"target"`
+	Requests       int      `json:"requests"`
+	Completed      int      `json:"completed"`
+	Errors         int      `json:"errors"`
+	ErrorSamples   []string `json:"error_samples,omitempty"`
+	Tokens         int64    `json:"tokens"`
+	ElapsedS       float64  `json:"elapsed_s"`
+	TTFT           Dist     `json:"ttft"`
+	Gap            Dist     `json:"inter_token"`
+	Total          Dist     `json:"total"`
+	CompletionsPS  float64  `json:"completions_per_s"`
+	TokensPS       float64  `json:"tokens_per_s"`
+	LoadgenCPUS    float64  `json:"loadgen_cpu_s"`
+	MockCPUS       float64  `json:"mock_cpu_s,omitempty"`
+	HearthdCPUS    float64  `json:"hearthd_cpu_s,omitempty"`
+	HearthdRSSPeak int64    `json:"hearthd_rss_peak_bytes,omitempty"`
+	HearthdHWM     int64    `json:"hearthd_hwm_bytes,omitempty"`
+}
+
+// ScenarioResult compares the two sides of a scenario.
+type ScenarioResult struct {
+	Scenario Scenario `json:"scenario"`
+	Direct   Side     `json:"direct"`
+	Through  Side     `json:"through"`
+	// Added time to first token: through minus direct, per percentile.
+	AddedTTFTP50us float64 `json:"added_ttft_p50_us"`
+	AddedTTFTP99us float64 `json:"added_ttft_p99_us"`
+	// hearthd's CPU per relayed token.
+	HearthdCPUSPerMTokens float64 `json:"hearthd_cpu_s_per_million_tokens"`
+	HearthdCPUusPerToken  float64 `json:"hearthd_cpu_us_per_token"`
+}
+
+// Suite runs scenarios against a mock runtime, directly and through hearthd.
+type Suite struct {
+	// HearthdBin is the hearthd binary.
+	HearthdBin string
+	// MockURL is the base URL of a running Mock; MockPID its process, or 0
+	// when it runs inside this process (its CPU is then in the loadgen's).
+	MockURL string
+	MockPID int
+	Model   string
+	// WorkDir holds hearthd's state directories.
+	WorkDir string
+	// HearthdLog receives hearthd's output; nil discards it.
+	HearthdLog io.Writer
+	// HearthdArgs are extra `hearthd serve` arguments (e.g. a profile flag).
+	HearthdArgs []string
+	// MaxStreams sizes hearthd's admission limits.
+	MaxStreams int
+	// Verify decodes every chunk fully (slow; for tests).
+	Verify bool
+	Log    *slog.Logger
+
+	key      string
+	stateDir string
+}
+
+// Setup creates hearthd's state directory and API key.
+func (s *Suite) Setup(ctx context.Context) error {
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	s.stateDir = filepath.Join(s.WorkDir, "hearthd-state")
+	if err := ensureDir(s.stateDir); err != nil {
+		return err
+	}
+	key, err := CreateKey(ctx, s.HearthdBin, s.stateDir, "bench")
+	if err != nil {
+		return err
+	}
+	s.key = key
+	return nil
+}
+
+// StartHearthd starts hearthd in front of the mock.
+func (s *Suite) StartHearthd(ctx context.Context) (*Hearthd, error) {
+	n := max(s.MaxStreams, 16)
+	return StartHearthd(ctx, HearthdOptions{
+		Bin: s.HearthdBin, StateDir: s.stateDir, Model: s.Model, OllamaURL: s.MockURL,
+		MaxConcurrent: n, MaxQueue: n, Log: s.HearthdLog, Extra: s.HearthdArgs,
+	})
+}
+
+// SetMock changes the mock's pace.
+func (s *Suite) SetMock(ctx context.Context, c MockConfig) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode mock config: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, s.MockURL+"/mock/config", bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("mock config request: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("set mock config: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("set mock config: status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// RunScenario drives sc against the mock directly, then through h.
+func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (ScenarioResult, error) {
+	res := ScenarioResult{Scenario: sc}
+	mc := sc.Mock
+	mc.Tokens = max(mc.Tokens, sc.Tokens)
+	if err := s.SetMock(ctx, mc); err != nil {
+		return res, err
+	}
+	lc := LoadConfig{
+		Model: s.Model, MaxTokens: sc.Tokens, Concurrency: sc.Concurrency, Rate: sc.Rate,
+		Duration: sc.Duration, Ramp: sc.Ramp, ExpectTokens: sc.Tokens, Verify: s.Verify,
+	}
+	lc.Target = s.MockURL + "/v1"
+	direct, err := MeasureSide(ctx, lc, s.MockPID, 0)
+	if err != nil {
+		return res, fmt.Errorf("%s direct: %w", sc.Name, err)
+	}
+	lc.Target, lc.Key = h.URL+"/api/v1", s.key
+	through, err := MeasureSide(ctx, lc, s.MockPID, h.PID)
+	if err != nil {
+		return res, fmt.Errorf("%s through hearthd: %w", sc.Name, err)
+	}
+	res.Direct, res.Through = direct, through
+	res.AddedTTFTP50us = through.TTFT.P50 - direct.TTFT.P50
+	res.AddedTTFTP99us = through.TTFT.P99 - direct.TTFT.P99
+	if through.Tokens > 0 {
+		res.HearthdCPUSPerMTokens = through.HearthdCPUS / float64(through.Tokens) * 1e6
+		res.HearthdCPUusPerToken = res.HearthdCPUSPerMTokens
+	}
+	s.Log.Info("scenario done", "name", sc.Name,
+		"direct_ttft_p50_us", direct.TTFT.P50, "through_ttft_p50_us", through.TTFT.P50,
+		"through_tokens_per_s", through.TokensPS, "errors", direct.Errors+through.Errors)
+	return res, nil
+}
+
+// MeasureSide runs one load and samples the CPU of this process, of the
+// mock (mockPID, if not 0) and of hearthd (hearthdPID, if not 0), and
+// hearthd's memory.
+func MeasureSide(ctx context.Context, lc LoadConfig, mockPID, hearthdPID int) (Side, error) {
+	side := Side{Target: lc.Target}
+	self0 := SelfCPU()
+	var mock0, hd0 ProcSample
+	var err error
+	if mockPID != 0 {
+		if mock0, err = ReadProc(mockPID); err != nil {
+			return side, err
+		}
+	}
+	var (
+		peak   int64
+		wg     sync.WaitGroup
+		stopMu sync.Mutex
+	)
+	stop := make(chan struct{})
+	if hearthdPID != 0 {
+		if hd0, err = ReadProc(hearthdPID); err != nil {
+			return side, err
+		}
+		peak = hd0.RSS
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					if p, err := ReadProc(hearthdPID); err == nil {
+						stopMu.Lock()
+						peak = max(peak, p.RSS)
+						stopMu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	r, err := RunLoad(ctx, lc)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		return side, err
+	}
+	side.LoadgenCPUS = (SelfCPU() - self0).Seconds()
+	if mockPID != 0 {
+		if p, err := ReadProc(mockPID); err == nil {
+			side.MockCPUS = (p.CPU - mock0.CPU).Seconds()
+		}
+	}
+	if hearthdPID != 0 {
+		p, err := ReadProc(hearthdPID)
+		if err != nil {
+			return side, err
+		}
+		side.HearthdCPUS = (p.CPU - hd0.CPU).Seconds()
+		side.HearthdRSSPeak = max(peak, p.RSS)
+		side.HearthdHWM = p.HWM
+	}
+	fillSide(&side, r)
+	return side, nil
+}
+
+func fillSide(side *Side, r *LoadResult) {
+	side.Requests, side.Completed, side.Errors = r.Requests, r.Completed, r.Errors
+	side.ErrorSamples = r.ErrorSamples
+	side.Tokens = r.Tokens
+	side.ElapsedS = r.Elapsed.Seconds()
+	side.TTFT, side.Gap, side.Total = Summarize(r.TTFT), Summarize(r.Gaps), Summarize(r.Total)
+	if e := r.Elapsed.Seconds(); e > 0 {
+		side.CompletionsPS = float64(r.Completed) / e
+		side.TokensPS = float64(r.Tokens) / e
+	}
+}
+
+// ColdStartResult compares the first request after hearthd starts with the
+// steady state.
+type ColdStartResult struct {
+	Runs int `json:"runs"`
+	// FirstTTFTus is the median over runs of the first request's TTFT.
+	FirstTTFTus []float64 `json:"first_ttft_us"`
+	// SteadyTTFT is the TTFT of the sequential requests that followed.
+	SteadyTTFT   Dist    `json:"steady_ttft"`
+	FirstMedian  float64 `json:"first_ttft_median_us"`
+	Ratio        float64 `json:"first_over_steady_p50"`
+	StartToReady float64 `json:"start_to_ready_ms_median"`
+}
+
+// ColdStart restarts hearthd runs times; each time it sends one request as
+// soon as /readyz answers, then steady sequential requests.
+func ColdStart(ctx context.Context, runs, steady int, start func(context.Context) (*Hearthd, error), lc LoadConfig) (ColdStartResult, error) {
+	res := ColdStartResult{Runs: runs}
+	var steadyTTFT []time.Duration
+	var readies []time.Duration
+	for i := range runs {
+		h, err := start(ctx)
+		if err != nil {
+			return res, fmt.Errorf("cold start %d: %w", i, err)
+		}
+		readies = append(readies, h.Ready.Sub(h.Started))
+		lc.Target = h.URL + "/api/v1"
+		lc.Concurrency, lc.Rate, lc.Duration = 1, 0, 0
+		lc.Requests = 1
+		first, err := RunLoad(ctx, lc)
+		if err == nil && (first.Errors > 0 || len(first.TTFT) != 1) {
+			err = fmt.Errorf("first request failed: %v", first.ErrorSamples)
+		}
+		if err == nil {
+			res.FirstTTFTus = append(res.FirstTTFTus, float64(first.TTFT[0])/1e3)
+			lc.Requests = steady
+			var rest *LoadResult
+			rest, err = RunLoad(ctx, lc)
+			if err == nil && rest.Errors > 0 {
+				err = fmt.Errorf("steady requests failed: %v", rest.ErrorSamples)
+			}
+			if err == nil {
+				steadyTTFT = append(steadyTTFT, rest.TTFT...)
+			}
+		}
+		if stopErr := h.Stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+		if err != nil {
+			return res, fmt.Errorf("cold start %d: %w", i, err)
+		}
+	}
+	res.SteadyTTFT = Summarize(steadyTTFT)
+	firsts := make([]time.Duration, len(res.FirstTTFTus))
+	for i, v := range res.FirstTTFTus {
+		firsts[i] = time.Duration(v * 1e3)
+	}
+	res.FirstMedian = Summarize(firsts).P50
+	if res.SteadyTTFT.P50 > 0 {
+		res.Ratio = res.FirstMedian / res.SteadyTTFT.P50
+	}
+	res.StartToReady = Summarize(readies).P50 / 1e3
+	return res, nil
+}
+
+// writeFile writes data to path through a temporary file and a rename, so a
+// reader never sees half a report.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// Key is the API key Setup created.
+func (s *Suite) Key() string { return s.key }

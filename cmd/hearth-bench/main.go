@@ -1,0 +1,312 @@
+// Command hearth-bench measures what hearthd costs next to the model
+// runtime: it runs a mock Ollama, drives load at it directly and through
+// hearthd, and writes the comparison to bench/results.
+//
+//	hearth-bench [run] [flags]  the whole suite (make bench; run is the default)
+//	hearth-bench mock [flags]   only the mock runtime
+//	hearth-bench load [flags]   only the load generator, at any OpenAI base URL
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hearthd/hearth/bench"
+)
+
+const usage = `usage:
+  hearth-bench [run] [flags]  run the benchmark suite (default; see hearth-bench run -h)
+  hearth-bench mock [flags]   serve the mock runtime
+  hearth-bench load [flags]   drive load at an OpenAI-compatible base URL
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	args := os.Args[1:]
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		args = append([]string{"run"}, args...) // run is the default
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = runSuite(ctx, log, args[1:])
+	case "mock":
+		err = runMock(ctx, log, args[1:])
+	case "load":
+		err = runLoad(ctx, args[1:])
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		log.Error("hearth-bench failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func mockFlags(fs *flag.FlagSet, c *bench.MockConfig) {
+	fs.IntVar(&c.Tokens, "tokens", 64, "tokens per response unless the request asks for fewer")
+	fs.Float64Var(&c.TPS, "tps", 50, "tokens per second per stream (0: unlimited)")
+	fs.DurationVar(&c.TTFT, "ttft", 10*time.Millisecond, "time to first token")
+	fs.IntVar(&c.FlushEvery, "flush-every", 1, "flush after this many tokens (unlimited speed only)")
+}
+
+func runMock(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("mock", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:11435", "address to listen on")
+	model := fs.String("model", "bench", "the model the mock serves")
+	var c bench.MockConfig
+	mockFlags(fs, &c)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := bench.RaiseNoFile(1 << 17); err != nil {
+		log.Warn("open-file limit", "err", err)
+	}
+	m, err := bench.StartMock(*listen, *model, c)
+	if err != nil {
+		return err
+	}
+	// The suite reads the URL from this line.
+	fmt.Println(m.URL)
+	<-ctx.Done()
+	return m.Close()
+}
+
+func runLoad(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	var c bench.LoadConfig
+	fs.StringVar(&c.Target, "target", "", "OpenAI base URL, e.g. http://127.0.0.1:8080/api/v1 (required)")
+	fs.StringVar(&c.Key, "key", os.Getenv("HEARTH_BENCH_KEY"), "API key (default $HEARTH_BENCH_KEY)")
+	fs.StringVar(&c.Model, "model", "bench", "model id")
+	fs.StringVar(&c.Prompt, "prompt", "", "user message")
+	fs.IntVar(&c.MaxTokens, "max-tokens", 64, "max_tokens per request (0: not sent)")
+	fs.IntVar(&c.Concurrency, "concurrency", 1, "closed-loop streams (with --rate: cap on requests in flight)")
+	fs.Float64Var(&c.Rate, "rate", 0, "open loop: requests per second")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long to start requests")
+	fs.IntVar(&c.Requests, "requests", 0, "stop after this many requests (0: duration only)")
+	fs.DurationVar(&c.Ramp, "ramp", 0, "spread the start of closed-loop streams over this time")
+	fs.BoolVar(&c.Verify, "verify", false, "decode every chunk fully")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.Target == "" {
+		return errors.New("--target is required")
+	}
+	if _, err := bench.RaiseNoFile(uint64(c.Concurrency) + 1024); err != nil {
+		slog.Warn("open-file limit", "err", err)
+	}
+	side, err := bench.MeasureSide(ctx, c, 0, 0)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(side)
+}
+
+// scenarios are the suite's load shapes; scale multiplies their durations.
+func scenarios(scale float64, only string) []bench.Scenario {
+	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
+	paced := func(tps float64) bench.MockConfig {
+		return bench.MockConfig{TPS: tps, TTFT: 5 * time.Millisecond}
+	}
+	all := []bench.Scenario{
+		// Short responses at c1 give enough requests for a TTFT p99.
+		{Name: "c1", Concurrency: 1, Duration: d(10), Tokens: 16, Mock: paced(200)},
+		{Name: "c100", Concurrency: 100, Duration: d(8), Ramp: d(0.5), Tokens: 32, Mock: paced(100)},
+		{Name: "c1000", Concurrency: 1000, Duration: d(12), Ramp: d(2), Tokens: 16, Mock: paced(10)},
+		{Name: "c10000", Concurrency: 10000, Duration: d(20), Ramp: d(5), Tokens: 8, Mock: paced(1)},
+		{Name: "open200", Concurrency: 5000, Rate: 200, Duration: d(8), Tokens: 32, Mock: paced(100)},
+		// Max throughput: the mock writes as fast as it can.
+		{Name: "max-c16", Concurrency: 16, Duration: d(6), Tokens: 1000, Mock: bench.MockConfig{}},
+		{Name: "max-c64", Concurrency: 64, Duration: d(6), Tokens: 1000, Mock: bench.MockConfig{}},
+		{Name: "max-c64-flush16", Concurrency: 64, Duration: d(6), Tokens: 1000, Mock: bench.MockConfig{FlushEvery: 16}},
+	}
+	if only == "" {
+		return all
+	}
+	var out []bench.Scenario
+	for _, s := range all {
+		for _, name := range strings.Split(only, ",") {
+			if s.Name == name {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	hearthd := fs.String("hearthd", "", "hearthd binary (default: built from ./cmd/hearthd)")
+	out := fs.String("out", "bench/results", "directory for the JSON and Markdown results")
+	scale := fs.Float64("scale", 1, "multiply scenario durations (e.g. 0.2 for a quick look)")
+	only := fs.String("scenarios", "", "comma-separated scenario names (default: all)")
+	real := fs.Bool("real", true, "also compare with a real Ollama and the tiny model")
+	ollamaBin := fs.String("ollama", "", "ollama binary (default: as internal/ollamatest finds it)")
+	coldRuns := fs.Int("cold-runs", 5, "hearthd restarts for the first-request measurement")
+	hearthdArgs := fs.String("hearthd-args", "", "extra space-separated `hearthd serve` arguments (e.g. a CPU profile flag)")
+	hearthdLog := fs.String("hearthd-log", "", "file for hearthd's and Ollama's output (default: discarded)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if lim, err := bench.RaiseNoFile(1 << 17); err != nil {
+		log.Warn("open-file limit", "limit", lim, "err", err)
+	}
+	work, err := os.MkdirTemp("", "hearth-bench-")
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	defer os.RemoveAll(work)
+	if *hearthd == "" {
+		*hearthd = filepath.Join(work, "hearthd")
+		log.Info("building hearthd")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *hearthd, "./cmd/hearthd").CombinedOutput(); err != nil {
+			return fmt.Errorf("build hearthd: %w: %s", err, out)
+		}
+	}
+	var logw io.Writer
+	if *hearthdLog != "" {
+		f, err := os.Create(*hearthdLog)
+		if err != nil {
+			return fmt.Errorf("hearthd log: %w", err)
+		}
+		defer f.Close()
+		logw = f
+	}
+
+	rep := &bench.Report{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench run " + strings.Join(args, " ")}
+	mockURL, mockPID, stopMock, err := startMockProcess(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopMock()
+	s := &bench.Suite{HearthdBin: *hearthd, MockURL: mockURL, MockPID: mockPID, Model: "bench",
+		WorkDir: work, HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs)}
+	if err := s.Setup(ctx); err != nil {
+		return err
+	}
+	h, err := s.StartHearthd(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = h.Stop() }()
+	best := 0.0
+	for _, sc := range scenarios(*scale, *only) {
+		log.Info("scenario", "name", sc.Name)
+		r, err := s.RunScenario(ctx, h, sc)
+		if err != nil {
+			return err
+		}
+		rep.Scenarios = append(rep.Scenarios, r)
+		if r.Through.TokensPS > best {
+			best, rep.MaxThroughput = r.Through.TokensPS, sc.Name
+		}
+		if _, err := rep.Write(*out); err != nil {
+			return err
+		}
+		// Let connections from the last scenario close before the next.
+		time.Sleep(time.Second)
+	}
+	if err := h.Stop(); err != nil {
+		return err
+	}
+	if *coldRuns > 0 {
+		log.Info("cold start")
+		if err := s.SetMock(ctx, bench.MockConfig{Tokens: 16, TTFT: 20 * time.Millisecond}); err != nil {
+			return err
+		}
+		cs, err := bench.ColdStart(ctx, *coldRuns, 20, s.StartHearthd,
+			bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16})
+		if err != nil {
+			return err
+		}
+		rep.ColdStart = &cs
+		if _, err := rep.Write(*out); err != nil {
+			return err
+		}
+	}
+	if *real {
+		log.Info("real runtime")
+		rr, err := bench.RunReal(ctx, bench.RealOptions{
+			HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work, Rounds: 4,
+			Duration: time.Duration(*scale * float64(8*time.Second)), Concurrency: 1, MaxTokens: 128,
+			ColdRuns: *coldRuns, Log: logw,
+		})
+		if err != nil {
+			rep.Notes = append(rep.Notes, "real runtime run failed: "+err.Error())
+			log.Error("real runtime", "err", err)
+		} else {
+			rep.Real = rr
+		}
+	}
+	path, err := rep.Write(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Print(rep.Markdown())
+	log.Info("wrote results", "path", path)
+	return nil
+}
+
+// startMockProcess runs this binary's mock subcommand as a child, so its CPU
+// time is measured apart from the load generator's.
+func startMockProcess(ctx context.Context) (url string, pid int, stop func(), err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("find own binary: %w", err)
+	}
+	cmd := exec.Command(self, "mock", "--listen", "127.0.0.1:0")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("mock stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, fmt.Errorf("start mock: %w", err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	line := make(chan string, 1)
+	go func() {
+		var b [256]byte
+		n, _ := io.ReadAtLeast(stdout, b[:], 1)
+		line <- strings.TrimSpace(string(b[:n]))
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case url = <-line:
+	case <-time.After(10 * time.Second):
+		stop()
+		return "", 0, nil, errors.New("mock did not start within 10s")
+	case <-ctx.Done():
+		stop()
+		return "", 0, nil, ctx.Err()
+	}
+	if !strings.HasPrefix(url, "http://") {
+		stop()
+		return "", 0, nil, fmt.Errorf("mock printed %q, want its URL", url)
+	}
+	return url, cmd.Process.Pid, stop, nil
+}

@@ -1,0 +1,300 @@
+// Package control is hearth's control plane: the management API (/v1
+// servers, SSH keys, firewall rules), the capacity pool of enrolled nodes,
+// the server lifecycle and the server side of the node protocol (nodeapi).
+//
+// All state lives in the store package; every change is one synced batch
+// that also advances a global revision, so a node's desired state is
+// identified by the revision of its last change. The conventions of the API
+// are described in README.md and openapi.json.
+package control
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/hearthd/hearth/store"
+)
+
+//go:embed openapi.json
+var openAPIDoc []byte
+
+// OpenAPI returns the embedded OpenAPI 3.1 document of the management API.
+func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
+
+// Config configures a Server. Zero values take the documented defaults.
+type Config struct {
+	Store *store.Store
+	// DeploymentURLTemplate builds a deployment server's public URL;
+	// "{id}" and "{name}" are replaced. Default
+	// "https://{name}.hearth.local/api/v1".
+	DeploymentURLTemplate string
+	// ProvisionTimeout is how long a server may stay provisioning before it
+	// is marked failed. Default 10 minutes.
+	ProvisionTimeout time.Duration
+	// SweepInterval is how often provisioning timeouts and expired
+	// idempotency keys are checked by Run. Default 5 s.
+	SweepInterval time.Duration
+	// IdempotencyTTL is how long Idempotency-Key answers are kept. Default
+	// 24 h.
+	IdempotencyTTL time.Duration
+	// RateLimit and RateBurst set each API token's token bucket: RateLimit
+	// requests per second refill a bucket of RateBurst. Defaults 20 and 40.
+	RateLimit float64
+	RateBurst int
+	// MaxBodyBytes limits request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxLongPoll caps a node's desired-state long-poll. Default 30 s.
+	MaxLongPoll time.Duration
+	// Now is the clock. Default time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Server serves the management API and the node protocol.
+type Server struct {
+	cfg Config
+	st  *store.Store
+	log *slog.Logger
+
+	// mu serialises every change: a change reads, decides and commits one
+	// batch while holding it, so concurrent requests never both take the
+	// same node, name or fingerprint. Desired-state reads take it shared so
+	// that a node sees one consistent revision.
+	mu  sync.RWMutex
+	rev uint64 // last committed global revision
+
+	watchMu sync.Mutex
+	watch   map[string]chan struct{} // node ID → closed on the node's next change
+
+	limMu    sync.Mutex
+	limiters map[string]*rate.Limiter // API token ID → bucket
+
+	seenMu   sync.Mutex
+	lastSeen map[string]time.Time // node ID → last request, ahead of the stored value
+}
+
+// New builds a Server over an open store.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("control: Config.Store is required")
+	}
+	if cfg.DeploymentURLTemplate == "" {
+		cfg.DeploymentURLTemplate = "https://{name}.hearth.local/api/v1"
+	}
+	if cfg.ProvisionTimeout <= 0 {
+		cfg.ProvisionTimeout = 10 * time.Minute
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 5 * time.Second
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = 24 * time.Hour
+	}
+	if cfg.RateLimit <= 0 {
+		cfg.RateLimit = 20
+	}
+	if cfg.RateBurst <= 0 {
+		cfg.RateBurst = 40
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.MaxLongPoll <= 0 {
+		cfg.MaxLongPoll = nodeapiDefaultWait
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:      cfg,
+		st:       cfg.Store,
+		log:      cfg.Logger,
+		watch:    map[string]chan struct{}{},
+		limiters: map[string]*rate.Limiter{},
+		lastSeen: map[string]time.Time{},
+	}
+	if err := s.st.Get(keyRevision, &s.rev); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("load revision: %w", err)
+	}
+	return s, nil
+}
+
+const nodeapiDefaultWait = 30 * time.Second
+
+func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
+
+// Run performs periodic work until ctx ends: failing servers whose
+// provisioning timed out, purging expired idempotency keys and persisting
+// nodes' last-seen times.
+func (s *Server) Run(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		if err := s.Sweep(); err != nil {
+			s.log.Error("control sweep", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// mutation is one change in progress: its batch, the revisions it takes and
+// the nodes to wake once it is committed. It is used with s.mu held.
+type mutation struct {
+	s    *Server
+	b    *store.Batch
+	rev  uint64
+	wake map[string]bool
+}
+
+func (s *Server) begin() *mutation {
+	return &mutation{s: s, b: s.st.NewBatch(), rev: s.rev, wake: map[string]bool{}}
+}
+
+// nextRev takes the next global revision.
+func (m *mutation) nextRev() uint64 {
+	m.rev++
+	return m.rev
+}
+
+func (m *mutation) put(key string, v any) error {
+	if err := m.b.Put(key, v); err != nil {
+		return fmt.Errorf("stage %s: %w", key, err)
+	}
+	return nil
+}
+
+// commit makes the change durable, then wakes the nodes it touched.
+func (m *mutation) commit() error {
+	if m.rev != m.s.rev {
+		if err := m.b.Put(keyRevision, m.rev); err != nil {
+			m.b.Discard()
+			return fmt.Errorf("stage revision: %w", err)
+		}
+	}
+	if err := m.b.Commit(); err != nil {
+		return fmt.Errorf("commit change: %w", err)
+	}
+	m.s.rev = m.rev
+	for id := range m.wake {
+		m.s.wakeNode(id)
+	}
+	return nil
+}
+
+func (m *mutation) discard() { m.b.Discard() }
+
+// watcher returns a channel closed at the node's next change.
+func (s *Server) watcher(nodeID string) <-chan struct{} {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	ch, ok := s.watch[nodeID]
+	if !ok {
+		ch = make(chan struct{})
+		s.watch[nodeID] = ch
+	}
+	return ch
+}
+
+func (s *Server) wakeNode(nodeID string) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if ch, ok := s.watch[nodeID]; ok {
+		close(ch)
+		delete(s.watch, nodeID)
+	}
+}
+
+// Handler returns the HTTP handler of the management API and node protocol.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(path string, methods map[string]http.HandlerFunc) {
+		allow := make([]string, 0, len(methods))
+		for m, h := range methods {
+			mux.HandleFunc(m+" "+path, h)
+			allow = append(allow, m)
+		}
+		slices.Sort(allow)
+		allowed := strings.Join(allow, ", ")
+		// The method-less pattern is less specific, so it only catches the
+		// methods not registered above.
+		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allowed)
+			writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
+				message: fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allowed)})
+		})
+	}
+	route("/v1/servers", map[string]http.HandlerFunc{
+		"GET":  s.api(s.listServers),
+		"POST": s.api(s.createServer),
+	})
+	route("/v1/servers/{id}", map[string]http.HandlerFunc{
+		"GET":    s.api(s.getServer),
+		"DELETE": s.api(s.deleteServer),
+	})
+	route("/v1/ssh-keys", map[string]http.HandlerFunc{
+		"GET":  s.api(s.listSSHKeys),
+		"POST": s.api(s.createSSHKey),
+	})
+	route("/v1/ssh-keys/{id}", map[string]http.HandlerFunc{
+		"GET":    s.api(s.getSSHKey),
+		"DELETE": s.api(s.deleteSSHKey),
+	})
+	route("/v1/servers/{server_id}/firewall-rules", map[string]http.HandlerFunc{
+		"GET":  s.api(s.listRules),
+		"POST": s.api(s.createRule),
+	})
+	route("/v1/servers/{server_id}/firewall-rules/{rule_id}", map[string]http.HandlerFunc{
+		"GET":    s.api(s.getRule),
+		"DELETE": s.api(s.deleteRule),
+	})
+	route("/v1/openapi.json", map[string]http.HandlerFunc{
+		"GET": func(w http.ResponseWriter, r *http.Request) { writeRaw(w, http.StatusOK, openAPIDoc) },
+	})
+	route("/v1/nodes/enroll", map[string]http.HandlerFunc{"POST": s.enroll})
+	route("/v1/nodes/self/desired", map[string]http.HandlerFunc{"GET": s.nodeDesired})
+	route("/v1/nodes/self/observed", map[string]http.HandlerFunc{"POST": s.nodeObserved})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("", "no such endpoint: %s", r.URL.Path))
+	})
+	return s.frame(mux)
+}
+
+// frame wraps every request: a request ID on every answer, the body limit,
+// and a JSON 500 instead of a dropped connection if a handler panics.
+func (s *Server) frame(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rid, err := newID(prefixRequest)
+		if err != nil {
+			rid = prefixRequest + "unavailable"
+		}
+		w.Header().Set("X-Request-Id", rid)
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("handler panic", "request_id", rid, "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,161 @@
+package control
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/hearthd/hearth/sshkeys"
+	"github.com/hearthd/hearth/store"
+)
+
+const maxKeyNameLen = 100
+
+type createSSHKeyReq struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"`
+}
+
+type sshKeyJSON struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	PublicKey   string `json:"public_key"`
+	Fingerprint string `json:"fingerprint"`
+	Type        string `json:"type"`
+	Bits        int    `json:"bits"`
+	CreatedAt   string `json:"created_at"`
+}
+
+func sshKeyOut(k sshKeyRec) sshKeyJSON {
+	return sshKeyJSON{ID: k.ID, Name: k.Name, PublicKey: k.PublicKey, Fingerprint: k.Fingerprint,
+		Type: k.Type, Bits: k.Bits, CreatedAt: formatTime(k.CreatedAt)}
+}
+
+func validName(s string) bool {
+	if s == "" || utf8.RuneCountInString(s) > maxKeyNameLen || !utf8.ValidString(s) || strings.TrimSpace(s) != s {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) createSSHKey(r *http.Request, rc *reqCtx) (result, error) {
+	var req createSSHKeyReq
+	if e := decodeJSON(r, &req); e != nil {
+		return result{}, e
+	}
+	if !validName(req.Name) {
+		return result{}, invalid("name", "name must be 1 to %d characters without control characters or surrounding spaces", maxKeyNameLen)
+	}
+	pk, err := sshkeys.Parse(req.PublicKey)
+	if err != nil {
+		return result{}, invalid("public_key", "%v", err)
+	}
+	var existing string
+	if err := s.st.Get(pfxSSHKeyFP+pk.Fingerprint, &existing); err == nil {
+		return result{}, conflict("public_key", "this key is already registered as %s", existing)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return result{}, err
+	}
+	id, err := newID(prefixSSHKey)
+	if err != nil {
+		return result{}, err
+	}
+	m := rc.mutation()
+	seq := m.nextRev()
+	rec := sshKeyRec{ID: id, Name: req.Name, PublicKey: pk.Line, Fingerprint: pk.Fingerprint, Type: pk.Type,
+		Bits: pk.Bits, Comment: pk.Comment, Seq: seq, CreatedAt: rc.now}
+	if err := m.put(pfxSSHKey+id, rec); err != nil {
+		return result{}, err
+	}
+	if err := m.put(pfxSSHKeySeq+seqKey(seq, id), id); err != nil {
+		return result{}, err
+	}
+	if err := m.put(pfxSSHKeyFP+pk.Fingerprint, id); err != nil {
+		return result{}, err
+	}
+	return result{status: http.StatusCreated, body: sshKeyOut(rec)}, nil
+}
+
+func (s *Server) listSSHKeys(r *http.Request, rc *reqCtx) (result, error) {
+	p, e := parsePage(r)
+	if e != nil {
+		return result{}, e
+	}
+	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixSSHKey) {
+		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
+	}
+	body, err := s.scanPage(pfxSSHKeySeq, p, func(_ string, val []byte) (any, bool, error) {
+		var rec sshKeyRec
+		if err := s.st.Get(pfxSSHKey+strings.Trim(string(val), `"`), &rec); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, false, nil
+			}
+			return nil, false, err
+		}
+		return sshKeyOut(rec), true, nil
+	})
+	if err != nil {
+		return result{}, err
+	}
+	return result{status: http.StatusOK, body: body}, nil
+}
+
+func (s *Server) loadSSHKey(id string) (sshKeyRec, error) {
+	var rec sshKeyRec
+	if !validID(id, prefixSSHKey) {
+		return rec, notFound("id", "no SSH key %q", id)
+	}
+	if err := s.st.Get(pfxSSHKey+id, &rec); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return rec, notFound("id", "no SSH key %q", id)
+		}
+		return rec, err
+	}
+	return rec, nil
+}
+
+func (s *Server) getSSHKey(r *http.Request, rc *reqCtx) (result, error) {
+	rec, err := s.loadSSHKey(r.PathValue("id"))
+	if err != nil {
+		return result{}, err
+	}
+	return result{status: http.StatusOK, body: sshKeyOut(rec)}, nil
+}
+
+// deleteSSHKey removes the key and takes it off every server that has it,
+// giving those servers' nodes a new revision so the key leaves
+// authorized_keys.
+func (s *Server) deleteSSHKey(r *http.Request, rc *reqCtx) (result, error) {
+	rec, err := s.loadSSHKey(r.PathValue("id"))
+	if err != nil {
+		return result{}, err
+	}
+	m := rc.mutation()
+	m.b.Delete(pfxSSHKey + rec.ID)
+	m.b.Delete(pfxSSHKeySeq + seqKey(rec.Seq, rec.ID))
+	m.b.Delete(pfxSSHKeyFP + rec.Fingerprint)
+	err = store.ScanJSON(s.st, pfxServer, func(_ string, srv serverRec) (bool, error) {
+		i := slices.Index(srv.SSHKeyIDs, rec.ID)
+		if i < 0 {
+			return true, nil
+		}
+		srv.SSHKeyIDs = slices.Delete(srv.SSHKeyIDs, i, i+1)
+		srv.UpdatedAt = rc.now
+		if err := m.put(pfxServer+srv.ID, srv); err != nil {
+			return false, err
+		}
+		return true, s.bumpNode(m, srv.NodeID)
+	})
+	if err != nil {
+		return result{}, err
+	}
+	return result{status: http.StatusNoContent}, nil
+}

@@ -1,0 +1,202 @@
+package metrics
+
+import (
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// DefaultControlAddr is where the control plane serves its metrics unless
+// configured otherwise.
+const DefaultControlAddr = "127.0.0.1:9465"
+
+// Control holds the metrics of the control plane. Create it with
+// NewControl; all methods are safe for concurrent use.
+type Control struct {
+	reg        *prometheus.Registry
+	requests   *prometheus.CounterVec
+	children   *childCache[ctlRequest]
+	deliveries prometheus.Counter
+	nodes      *funcGauge
+	servers    *serversCollector
+}
+
+type ctlRequest struct {
+	route, method string
+	code          int
+}
+
+// NewControl builds the control-plane metrics on a fresh registry together
+// with the Go runtime and process collectors. version is reported in
+// hearth_build_info.
+func NewControl(version string) *Control {
+	c := &Control{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_control_http_requests_total",
+			Help: "Control-plane API requests answered, by route pattern, method and HTTP status code.",
+		}, []string{"route", "method", "code"}),
+		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_control_desired_state_deliveries_total",
+			Help: "Desired-state documents delivered to nodes.",
+		}),
+		nodes:   newFuncGauge("hearth_control_nodes_connected", "Nodes currently connected to the control plane."),
+		servers: newServersCollector(),
+	}
+	c.children = newChildCache(func(k ctlRequest) prometheus.Counter {
+		return c.requests.WithLabelValues(k.route, k.method, strconv.Itoa(k.code))
+	})
+	c.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfo(version),
+		c.requests, c.deliveries, c.nodes, c.servers,
+	)
+	return c
+}
+
+// Registry returns the registry the control-plane metrics live on.
+func (c *Control) Registry() *prometheus.Registry { return c.reg }
+
+// Handler serves the control-plane metrics in the Prometheus exposition
+// formats.
+func (c *Control) Handler() http.Handler { return handlerFor(c.reg) }
+
+// Request counts one answered API request. route is the route pattern
+// (such as "/v1/servers/{id}", never the raw path, which would grow the
+// label without bound; "" counts as "other"); method is the HTTP method,
+// folded into "other" when not a standard one.
+func (c *Control) Request(route, method string, code int) {
+	if route == "" {
+		route = RouteOther
+	}
+	c.children.get(ctlRequest{route, canonicalMethod(method), code}).Inc()
+}
+
+func canonicalMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
+}
+
+// Middleware counts every request next answers by its http.ServeMux
+// pattern (method prefix removed), method and status code. It reads
+// Request.Pattern after next returns, so next must be the ServeMux itself
+// or a wrapper that passes the same *http.Request on to it.
+func (c *Control) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				// The handler blew up; whoever recovers it upstream
+				// answers 500, so count it as such.
+				c.Request(routeOf(r.Pattern), r.Method, http.StatusInternalServerError)
+				panic(v)
+			}
+		}()
+		next.ServeHTTP(sw, r)
+		c.Request(routeOf(r.Pattern), r.Method, sw.status())
+	})
+}
+
+// routeOf strips the optional "METHOD " prefix of a ServeMux pattern.
+func routeOf(pattern string) string {
+	if i := strings.IndexByte(pattern, ' '); i >= 0 {
+		return strings.TrimLeft(pattern[i+1:], " \t")
+	}
+	return pattern
+}
+
+// statusWriter remembers the status code written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	// 1xx answers are informational; the final status comes later.
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush keeps long-poll and streaming handlers working through the wrapper
+// for callers that type-assert http.Flusher.
+func (w *statusWriter) Flush() {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush() // http.Flusher reports no error either
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+// DesiredStateDelivered counts one desired-state document sent to a node.
+func (c *Control) DesiredStateDelivered() { c.deliveries.Inc() }
+
+// RegisterNodesConnected sets the function read at each scrape for
+// hearth_control_nodes_connected. Until it is called the metric is absent;
+// a later call replaces it.
+func (c *Control) RegisterNodesConnected(f func() int) {
+	if f == nil {
+		c.nodes.fn.set(nil)
+		return
+	}
+	c.nodes.fn.set(func() float64 { return float64(f()) })
+}
+
+// RegisterServers sets the function read at each scrape for
+// hearth_control_servers{status}: the number of servers in each status.
+// Until it is called the metric is absent; a later call replaces it.
+func (c *Control) RegisterServers(f func() map[string]int) { c.servers.counts.set(f) }
+
+type serversCollector struct {
+	counts scrapeFunc[map[string]int]
+	desc   *prometheus.Desc
+}
+
+func newServersCollector() *serversCollector {
+	return &serversCollector{desc: prometheus.NewDesc("hearth_control_servers",
+		"Servers known to the control plane, by status.", []string{"status"}, nil)}
+}
+
+func (s *serversCollector) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+
+func (s *serversCollector) Collect(ch chan<- prometheus.Metric) {
+	f, ok := s.counts.get()
+	if !ok {
+		return
+	}
+	counts := f()
+	statuses := make([]string, 0, len(counts))
+	for st := range counts {
+		statuses = append(statuses, st)
+	}
+	sort.Strings(statuses)
+	for _, st := range statuses {
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, float64(counts[st]), st)
+	}
+}

@@ -1,0 +1,58 @@
+package metrics
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Routes of the deployment API, the values of the route label of
+// hearth_http_requests_total. Anything else is counted as RouteOther.
+const (
+	RouteChatCompletions = "chat_completions"
+	RouteModels          = "models"
+	RouteModel           = "model"
+	RouteHealthz         = "healthz"
+	RouteReadyz          = "readyz"
+	RouteOther           = "other"
+)
+
+// canonicalRoute folds unknown routes into RouteOther, bounding the label.
+func canonicalRoute(route string) string {
+	switch route {
+	case RouteChatCompletions, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
+		return route
+	}
+	return RouteOther
+}
+
+type routeCode struct {
+	route string
+	code  int
+}
+
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	children *childCache[routeCode]
+}
+
+func newHTTPMetrics() *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "hearth_http_requests_total",
+			Help: "Deployment API requests answered, by route and HTTP status code.",
+		}, []string{"route", "code"}),
+	}
+	m.children = newChildCache(func(k routeCode) prometheus.Counter {
+		return m.requests.WithLabelValues(k.route, strconv.Itoa(k.code))
+	})
+	return m
+}
+
+func (m *httpMetrics) register(reg prometheus.Registerer) { reg.MustRegister(m.requests) }
+
+// Request counts one answered deployment API request. route is one of the
+// Route constants; code is the HTTP status sent.
+func (n *Node) Request(route string, code int) {
+	n.http.children.get(routeCode{canonicalRoute(route), code}).Inc()
+}

@@ -1,0 +1,402 @@
+package metrics
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// compare checks the named metrics in c against the text exposition want
+// (HELP and TYPE lines included).
+func compare(t *testing.T, c prometheus.Collector, want string, names ...string) {
+	t.Helper()
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRequestCountsByRouteAndCode(t *testing.T) {
+	n := NewNode("test")
+	for range 3 {
+		n.Request(RouteChatCompletions, http.StatusOK)
+	}
+	n.Request(RouteChatCompletions, http.StatusTooManyRequests)
+	n.Request(RouteModels, http.StatusOK)
+	n.Request(RouteModel, http.StatusNotFound)
+	n.Request(RouteHealthz, http.StatusOK)
+	n.Request(RouteReadyz, http.StatusServiceUnavailable)
+	// Unknown routes must not become label values.
+	n.Request("/api/v1/../../etc/passwd", http.StatusNotFound)
+	n.Request(RouteOther, http.StatusNotFound)
+	compare(t, n.Registry(), `
+# HELP hearth_http_requests_total Deployment API requests answered, by route and HTTP status code.
+# TYPE hearth_http_requests_total counter
+hearth_http_requests_total{code="200",route="chat_completions"} 3
+hearth_http_requests_total{code="429",route="chat_completions"} 1
+hearth_http_requests_total{code="200",route="healthz"} 1
+hearth_http_requests_total{code="404",route="model"} 1
+hearth_http_requests_total{code="200",route="models"} 1
+hearth_http_requests_total{code="404",route="other"} 2
+hearth_http_requests_total{code="503",route="readyz"} 1
+`, "hearth_http_requests_total")
+}
+
+func TestChatCompletionsByFinishReasonAndStream(t *testing.T) {
+	n := NewNode("test")
+	n.ChatCompletion(FinishStop, true)
+	n.ChatCompletion(FinishStop, true)
+	n.ChatCompletion(FinishStop, false)
+	n.ChatCompletion(FinishLength, false)
+	n.ChatCompletion(FinishToolCalls, true)
+	n.ChatCompletion(FinishError, true)
+	n.ChatCompletion(FinishCancelled, true)
+	n.ChatCompletion("unload", false) // not a known reason
+	compare(t, n.Registry(), `
+# HELP hearth_chat_completions_total Chat completions ended, by finish reason and whether they were streamed.
+# TYPE hearth_chat_completions_total counter
+hearth_chat_completions_total{finish_reason="cancelled",stream="false"} 0
+hearth_chat_completions_total{finish_reason="cancelled",stream="true"} 1
+hearth_chat_completions_total{finish_reason="error",stream="false"} 0
+hearth_chat_completions_total{finish_reason="error",stream="true"} 1
+hearth_chat_completions_total{finish_reason="length",stream="false"} 1
+hearth_chat_completions_total{finish_reason="length",stream="true"} 0
+hearth_chat_completions_total{finish_reason="other",stream="false"} 1
+hearth_chat_completions_total{finish_reason="stop",stream="false"} 1
+hearth_chat_completions_total{finish_reason="stop",stream="true"} 2
+hearth_chat_completions_total{finish_reason="tool_calls",stream="false"} 0
+hearth_chat_completions_total{finish_reason="tool_calls",stream="true"} 1
+`, "hearth_chat_completions_total")
+}
+
+func TestLatencyHistograms(t *testing.T) {
+	n := NewNode("test")
+	n.ObserveTTFT(3 * time.Millisecond)
+	n.ObserveTTFT(2 * time.Second)
+	n.ObserveTTFT(90 * time.Second) // beyond the last bucket
+	n.ObserveInterToken(150 * time.Microsecond)
+	n.ObserveInterToken(20 * time.Millisecond)
+	n.ObserveChatDuration(4 * time.Minute)
+
+	compare(t, n.Registry(), `
+# HELP hearth_time_to_first_token_seconds Time from accepting a chat completion to its first generated token.
+# TYPE hearth_time_to_first_token_seconds histogram
+hearth_time_to_first_token_seconds_bucket{le="0.001"} 0
+hearth_time_to_first_token_seconds_bucket{le="0.0025"} 0
+hearth_time_to_first_token_seconds_bucket{le="0.005"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.01"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.025"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.05"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.1"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.25"} 1
+hearth_time_to_first_token_seconds_bucket{le="0.5"} 1
+hearth_time_to_first_token_seconds_bucket{le="1"} 1
+hearth_time_to_first_token_seconds_bucket{le="2.5"} 2
+hearth_time_to_first_token_seconds_bucket{le="5"} 2
+hearth_time_to_first_token_seconds_bucket{le="10"} 2
+hearth_time_to_first_token_seconds_bucket{le="20"} 2
+hearth_time_to_first_token_seconds_bucket{le="30"} 2
+hearth_time_to_first_token_seconds_bucket{le="60"} 2
+hearth_time_to_first_token_seconds_bucket{le="+Inf"} 3
+hearth_time_to_first_token_seconds_sum 92.003
+hearth_time_to_first_token_seconds_count 3
+`, "hearth_time_to_first_token_seconds")
+
+	if got := testutil.CollectAndCount(n.Registry(), "hearth_inter_token_latency_seconds"); got != 1 {
+		t.Fatalf("inter-token histograms: %d, want 1", got)
+	}
+	h := gatherOne(t, n.Registry(), "hearth_inter_token_latency_seconds").GetHistogram()
+	if h.GetSampleCount() != 2 || h.GetBucket()[1].GetCumulativeCount() != 1 || h.GetBucket()[1].GetUpperBound() != .00025 {
+		t.Fatalf("inter-token histogram: %v", h)
+	}
+	d := gatherOne(t, n.Registry(), "hearth_chat_completion_duration_seconds").GetHistogram()
+	if d.GetSampleCount() != 1 || d.GetSampleSum() != 240 {
+		t.Fatalf("duration histogram: %v", d)
+	}
+}
+
+func TestTokensAndActiveStreams(t *testing.T) {
+	n := NewNode("test")
+	n.Tokens(12, 30)
+	n.Tokens(5, 0)
+	n.Tokens(-1, -1) // ignored
+	n.StreamStarted()
+	n.StreamStarted()
+	n.StreamStarted()
+	n.StreamEnded()
+	compare(t, n.Registry(), `
+# HELP hearth_active_streams Chat completions currently generating.
+# TYPE hearth_active_streams gauge
+hearth_active_streams 2
+# HELP hearth_completion_tokens_total Completion tokens generated, as reported by the model runtime.
+# TYPE hearth_completion_tokens_total counter
+hearth_completion_tokens_total 30
+# HELP hearth_prompt_tokens_total Prompt tokens processed, as reported by the model runtime.
+# TYPE hearth_prompt_tokens_total counter
+hearth_prompt_tokens_total 17
+`, "hearth_active_streams", "hearth_completion_tokens_total", "hearth_prompt_tokens_total")
+}
+
+func TestRejectionsAndAuthFailures(t *testing.T) {
+	n := NewNode("test")
+	n.Rejected(RejectQueueFull)
+	n.Rejected(RejectQueueFull)
+	n.Rejected(RejectDraining)
+	n.AuthFailure(AuthMissing)
+	n.AuthFailure(AuthInvalid)
+	n.AuthFailure(AuthInvalid)
+	n.AuthFailure(AuthMalformed)
+	compare(t, n.Registry(), `
+# HELP hearth_auth_failures_total Deployment API requests refused for failed authentication, by reason.
+# TYPE hearth_auth_failures_total counter
+hearth_auth_failures_total{reason="invalid"} 2
+hearth_auth_failures_total{reason="malformed"} 1
+hearth_auth_failures_total{reason="missing"} 1
+# HELP hearth_rejected_requests_total Chat completions turned away before generating (HTTP 429/503), by reason.
+# TYPE hearth_rejected_requests_total counter
+hearth_rejected_requests_total{reason="draining"} 1
+hearth_rejected_requests_total{reason="queue_full"} 2
+`, "hearth_auth_failures_total", "hearth_rejected_requests_total")
+}
+
+func TestScrapeFuncsAbsentUntilRegisteredAndReadAtScrape(t *testing.T) {
+	n := NewNode("test")
+	names := []string{"hearth_queue_depth", "hearth_runtime_up"}
+	if got := testutil.CollectAndCount(n.Registry(), names...); got != 0 {
+		t.Fatalf("%d series before registration, want 0", got)
+	}
+	var depth atomic.Int64
+	var up atomic.Bool
+	n.RegisterQueueDepth(func() int { return int(depth.Load()) })
+	n.RegisterRuntimeUp(up.Load)
+
+	depth.Store(7)
+	compare(t, n.Registry(), `
+# HELP hearth_queue_depth Chat completions waiting for a generation slot.
+# TYPE hearth_queue_depth gauge
+hearth_queue_depth 7
+# HELP hearth_runtime_up Whether the model runtime is reachable with the model loaded (1) or not (0).
+# TYPE hearth_runtime_up gauge
+hearth_runtime_up 0
+`, names...)
+	depth.Store(2)
+	up.Store(true)
+	compare(t, n.Registry(), `
+# HELP hearth_queue_depth Chat completions waiting for a generation slot.
+# TYPE hearth_queue_depth gauge
+hearth_queue_depth 2
+# HELP hearth_runtime_up Whether the model runtime is reachable with the model loaded (1) or not (0).
+# TYPE hearth_runtime_up gauge
+hearth_runtime_up 1
+`, names...)
+
+	n.RegisterQueueDepth(nil)
+	if got := testutil.CollectAndCount(n.Registry(), "hearth_queue_depth"); got != 0 {
+		t.Fatalf("queue depth still exposed after unregistering: %d", got)
+	}
+}
+
+func TestRuntimeRestartsAndModelLoad(t *testing.T) {
+	n := NewNode("test")
+	n.RuntimeRestarted()
+	n.RuntimeRestarted()
+	n.SetModelLoadDuration(1500 * time.Millisecond)
+	compare(t, n.Registry(), `
+# HELP hearth_model_load_duration_seconds Time the last load of the deployment's model took.
+# TYPE hearth_model_load_duration_seconds gauge
+hearth_model_load_duration_seconds 1.5
+# HELP hearth_runtime_restarts_total Times the model runtime process was restarted by hearthd.
+# TYPE hearth_runtime_restarts_total counter
+hearth_runtime_restarts_total 2
+`, "hearth_model_load_duration_seconds", "hearth_runtime_restarts_total")
+}
+
+func TestFirewallCollectorReadsStatsAtScrape(t *testing.T) {
+	n := NewNode("test")
+	var mu sync.Mutex
+	st := FirewallStats{
+		Applies: 4, ApplyFailures: 1, DriftRepairs: 2, DriftFailures: 0, Rules: 3,
+		LastApply:   time.Unix(1700000000, 0),
+		LastSuccess: time.Unix(1700000060, 500_000_000),
+		// LastDriftCheck zero: never checked.
+	}
+	n.RegisterFirewall(func() FirewallStats { mu.Lock(); defer mu.Unlock(); return st })
+	want := `
+# HELP hearth_firewall_applies_total Successful applies of the firewall rule set.
+# TYPE hearth_firewall_applies_total counter
+hearth_firewall_applies_total %d
+# HELP hearth_firewall_apply_failures_total Firewall applies that failed validation or nftables.
+# TYPE hearth_firewall_apply_failures_total counter
+hearth_firewall_apply_failures_total 1
+# HELP hearth_firewall_drift_failures_total Firewall drift checks or repairs that failed.
+# TYPE hearth_firewall_drift_failures_total counter
+hearth_firewall_drift_failures_total 0
+# HELP hearth_firewall_drift_repairs_total Times the firewall table was found changed and re-applied.
+# TYPE hearth_firewall_drift_repairs_total counter
+hearth_firewall_drift_repairs_total 2
+# HELP hearth_firewall_last_apply_timestamp_seconds Unix time of the last successful write of the firewall table, 0 if never.
+# TYPE hearth_firewall_last_apply_timestamp_seconds gauge
+hearth_firewall_last_apply_timestamp_seconds 1.7e+09
+# HELP hearth_firewall_last_drift_check_timestamp_seconds Unix time of the last completed firewall drift check, 0 if never.
+# TYPE hearth_firewall_last_drift_check_timestamp_seconds gauge
+hearth_firewall_last_drift_check_timestamp_seconds 0
+# HELP hearth_firewall_last_success_timestamp_seconds Unix time the firewall table was last known to hold the desired rules, 0 if never.
+# TYPE hearth_firewall_last_success_timestamp_seconds gauge
+hearth_firewall_last_success_timestamp_seconds 1.7000000605e+09
+# HELP hearth_firewall_rules Firewall rules in force.
+# TYPE hearth_firewall_rules gauge
+hearth_firewall_rules 3
+`
+	compare(t, n.Registry(), strings.Replace(want, "%d", "4", 1), firewallNames...)
+	mu.Lock()
+	st.Applies = 5
+	mu.Unlock()
+	compare(t, n.Registry(), strings.Replace(want, "%d", "5", 1), firewallNames...)
+}
+
+var firewallNames = []string{
+	"hearth_firewall_applies_total", "hearth_firewall_apply_failures_total",
+	"hearth_firewall_drift_failures_total", "hearth_firewall_drift_repairs_total",
+	"hearth_firewall_last_apply_timestamp_seconds", "hearth_firewall_last_drift_check_timestamp_seconds",
+	"hearth_firewall_last_success_timestamp_seconds", "hearth_firewall_rules",
+}
+
+func TestSSHKeyCollector(t *testing.T) {
+	n := NewNode("test")
+	if got := testutil.CollectAndCount(n.Registry(), "hearth_ssh_key_syncs_total"); got != 0 {
+		t.Fatalf("ssh key metrics before registration: %d", got)
+	}
+	n.RegisterSSHKeys(func() SSHKeyStats { return SSHKeyStats{Syncs: 9, Writes: 2, Failures: 1} })
+	compare(t, n.Registry(), `
+# HELP hearth_ssh_key_sync_failures_total Syncs of the authorized_keys entries that failed.
+# TYPE hearth_ssh_key_sync_failures_total counter
+hearth_ssh_key_sync_failures_total 1
+# HELP hearth_ssh_key_syncs_total Syncs of the managed authorized_keys entries.
+# TYPE hearth_ssh_key_syncs_total counter
+hearth_ssh_key_syncs_total 9
+# HELP hearth_ssh_key_writes_total Times the authorized_keys file was rewritten.
+# TYPE hearth_ssh_key_writes_total counter
+hearth_ssh_key_writes_total 2
+`, "hearth_ssh_key_sync_failures_total", "hearth_ssh_key_syncs_total", "hearth_ssh_key_writes_total")
+}
+
+func TestControlSyncLag(t *testing.T) {
+	n := NewNode("test")
+	start := n.sync.start
+	clock := start
+	n.now = func() time.Time { return clock }
+	var last time.Time
+	n.RegisterControlSync(func() time.Time { return last })
+
+	lag := func() float64 {
+		t.Helper()
+		return gatherOne(t, n.Registry(), "hearth_control_sync_lag_seconds").GetGauge().GetValue()
+	}
+	clock = start.Add(40 * time.Second)
+	if got := lag(); got != 40 {
+		t.Fatalf("lag before any sync = %v, want 40 (time since start)", got)
+	}
+	last = start.Add(35 * time.Second)
+	if got := lag(); got != 5 {
+		t.Fatalf("lag = %v, want 5", got)
+	}
+	clock = clock.Add(time.Minute)
+	if got := lag(); got != 65 {
+		t.Fatalf("lag = %v, want 65", got)
+	}
+	ts := gatherOne(t, n.Registry(), "hearth_control_last_sync_timestamp_seconds").GetGauge().GetValue()
+	if want := float64(last.UnixNano()) / 1e9; ts != want {
+		t.Fatalf("last sync timestamp = %v, want %v", ts, want)
+	}
+}
+
+func TestBuildInfo(t *testing.T) {
+	n := NewNode("v1.2.3")
+	m := gatherOne(t, n.Registry(), "hearth_build_info")
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	if labels["version"] != "v1.2.3" || !strings.HasPrefix(labels["goversion"], "go") || m.GetGauge().GetValue() != 1 {
+		t.Fatalf("build info: %v", m)
+	}
+}
+
+func TestGoAndProcessCollectorsRegistered(t *testing.T) {
+	for name, reg := range map[string]*prometheus.Registry{
+		"node": NewNode("t").Registry(), "control": NewControl("t").Registry(),
+	} {
+		for _, metric := range []string{"go_goroutines", "process_resident_memory_bytes"} {
+			if testutil.CollectAndCount(reg, metric) != 1 {
+				t.Errorf("%s: %s missing", name, metric)
+			}
+		}
+	}
+}
+
+func TestConcurrentObservationsAndScrapes(t *testing.T) {
+	// Run with -race: hot-path methods, lazy child creation and scrapes
+	// all at once.
+	n := NewNode("test")
+	n.RegisterQueueDepth(func() int { return 1 })
+	const workers, per = 4, 500
+	codes := []int{200, 400, 401, 404, 429, 500, 503}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				n.Request(RouteChatCompletions, codes[(w+i)%len(codes)])
+				n.Rejected([]string{RejectQueueFull, RejectDraining}[i%2])
+				n.ObserveTTFT(time.Duration(i) * time.Millisecond)
+				n.ChatCompletion(FinishStop, i%2 == 0)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 20 {
+			if _, err := n.Registry().Gather(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	total := 0.0
+	for _, m := range gatherFamily(t, n.Registry(), "hearth_http_requests_total").GetMetric() {
+		total += m.GetCounter().GetValue()
+	}
+	if total != workers*per {
+		t.Fatalf("requests counted %v, want %d", total, workers*per)
+	}
+	if got := gatherOne(t, n.Registry(), "hearth_time_to_first_token_seconds").GetHistogram().GetSampleCount(); got != workers*per {
+		t.Fatalf("ttft count %d, want %d", got, workers*per)
+	}
+}
+
+func TestHotPathAllocs(t *testing.T) {
+	n := NewNode("test")
+	// Warm the lazily resolved children first.
+	n.Request(RouteModels, 200)
+	n.Rejected(RejectQueueFull)
+	for name, f := range map[string]func(){
+		"Request":           func() { n.Request(RouteModels, 200) },
+		"ObserveTTFT":       func() { n.ObserveTTFT(12 * time.Millisecond) },
+		"ObserveInterToken": func() { n.ObserveInterToken(3 * time.Millisecond) },
+		"ChatCompletion":    func() { n.ChatCompletion(FinishLength, false) },
+		"Tokens":            func() { n.Tokens(10, 20) },
+		"Rejected":          func() { n.Rejected(RejectQueueFull) },
+	} {
+		if a := testing.AllocsPerRun(100, f); a != 0 {
+			t.Errorf("%s allocates %v times per call", name, a)
+		}
+	}
+}

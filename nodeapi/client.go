@@ -1,0 +1,138 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Error is a non-2xx answer from the control plane.
+type Error struct {
+	Status    int
+	Code      string
+	Message   string
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("control plane answered %d %s: %s (request %s)", e.Status, e.Code, e.Message, e.RequestID)
+}
+
+// IsUnauthorized reports whether err is the control plane rejecting the
+// credential.
+func IsUnauthorized(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
+}
+
+// Client talks to the control plane on behalf of one node.
+type Client struct {
+	base string
+	http *http.Client
+	// credential is the node credential, or the enrollment token while
+	// enrolling; set with SetCredential.
+	credential string
+}
+
+// NewClient returns a client for the control plane at baseURL (scheme and
+// host, e.g. "http://127.0.0.1:8400"). A nil httpClient uses a client with
+// no overall timeout, since long-polls are bounded by their own wait.
+func NewClient(baseURL string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	return &Client{base: strings.TrimRight(baseURL, "/"), http: httpClient}
+}
+
+// SetCredential sets the node credential used by Desired and ReportObserved.
+func (c *Client) SetCredential(credential string) { c.credential = credential }
+
+// Enroll exchanges an enrollment token for a node credential. It does not
+// change the client's credential.
+func (c *Client) Enroll(ctx context.Context, enrollmentToken string, req EnrollRequest) (EnrollResponse, error) {
+	var resp EnrollResponse
+	status, err := c.do(ctx, http.MethodPost, PathEnroll, enrollmentToken, req, &resp)
+	if err != nil {
+		return EnrollResponse{}, fmt.Errorf("enroll: %w", err)
+	}
+	if status != http.StatusCreated && status != http.StatusOK {
+		return EnrollResponse{}, fmt.Errorf("enroll: unexpected status %d", status)
+	}
+	return resp, nil
+}
+
+// Desired long-polls for a desired state newer than after, waiting up to
+// wait on the server (zero means the server's default). changed is false
+// when the wait ended with nothing newer.
+func (c *Client) Desired(ctx context.Context, after uint64, wait time.Duration) (d Desired, changed bool, err error) {
+	q := url.Values{"after": {strconv.FormatUint(after, 10)}}
+	if wait > 0 {
+		q.Set("wait", strconv.FormatFloat(wait.Seconds(), 'f', -1, 64))
+	}
+	status, err := c.do(ctx, http.MethodGet, PathDesired+"?"+q.Encode(), c.credential, nil, &d)
+	if err != nil {
+		return Desired{}, false, fmt.Errorf("poll desired state: %w", err)
+	}
+	if status == http.StatusNoContent {
+		return Desired{}, false, nil
+	}
+	return d, true, nil
+}
+
+// ReportObserved posts what the node applied.
+func (c *Client) ReportObserved(ctx context.Context, o Observed) error {
+	if _, err := c.do(ctx, http.MethodPost, PathObserved, c.credential, o, nil); err != nil {
+		return fmt.Errorf("report observed state: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path, bearer string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return 0, fmt.Errorf("build request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+bearer)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return resp.StatusCode, fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+		var eb ErrorBody
+		if json.Unmarshal(raw, &eb) == nil {
+			e.Code, e.Message = eb.Error.Code, eb.Error.Message
+		}
+		return resp.StatusCode, e
+	}
+	if out != nil && resp.StatusCode != http.StatusNoContent && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("decode response: %w", err)
+		}
+	}
+	return resp.StatusCode, nil
+}

@@ -1,0 +1,84 @@
+package nodeapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/nodeapi"
+)
+
+func TestClientRoundTrip(t *testing.T) {
+	want := nodeapi.Desired{NodeID: "node_1", Revision: 7, Server: &nodeapi.Server{ID: "srv_1", Name: "web", Stack: "deployment", Model: "m"},
+		Model: "m", SSHKeys: []nodeapi.SSHKey{{ID: "sk_1", PublicKey: "ssh-ed25519 AAAA", Fingerprint: "SHA256:x"}},
+		FirewallRules: []nodeapi.FirewallRule{{ID: "fw_1", Direction: "inbound", Protocol: "tcp", PortRange: "22", Action: "allow"}}}
+	var gotObserved nodeapi.Observed
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+nodeapi.PathEnroll, func(w http.ResponseWriter, r *http.Request) {
+		var req nodeapi.EnrollRequest
+		if r.Header.Get("Authorization") != "Bearer hce_tok" || json.NewDecoder(r.Body).Decode(&req) != nil || req.Hardware.RAM != 64 {
+			w.Header().Set("X-Request-Id", "req_1")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":{"code":"unauthorized","message":"no","param":null,"request_id":"req_1"}}`))
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(nodeapi.EnrollResponse{NodeID: "node_1", Credential: "hcn_cred"})
+	})
+	mux.HandleFunc("GET "+nodeapi.PathDesired, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer hcn_cred" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if r.URL.Query().Get("after") == "7" {
+			if r.URL.Query().Get("wait") != "0.25" {
+				t.Errorf("wait %q", r.URL.Query().Get("wait"))
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(want)
+	})
+	mux.HandleFunc("POST "+nodeapi.PathObserved, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewDecoder(r.Body).Decode(&gotObserved)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ts := httptest.NewServer(mux)
+	defer ts.Close()
+	ctx := context.Background()
+
+	c := nodeapi.NewClient(ts.URL+"/", nil)
+	_, err := c.Enroll(ctx, "hce_wrong", nodeapi.EnrollRequest{Hostname: "h", Hardware: nodeapi.Hardware{Chip: "m4", RAM: 64, Storage: 1}})
+	var apiErr *nodeapi.Error
+	if !nodeapi.IsUnauthorized(err) || !errors.As(err, &apiErr) || apiErr.Code != "unauthorized" || apiErr.RequestID != "req_1" {
+		t.Fatalf("enroll with a wrong token: %v", err)
+	}
+	resp, err := c.Enroll(ctx, "hce_tok", nodeapi.EnrollRequest{Hostname: "h", Hardware: nodeapi.Hardware{Chip: "m4", RAM: 64, Storage: 1}})
+	if err != nil || resp.Credential != "hcn_cred" {
+		t.Fatalf("enroll: %+v %v", resp, err)
+	}
+	if _, _, err := c.Desired(ctx, 0, 0); !nodeapi.IsUnauthorized(err) {
+		t.Fatalf("desired without credential: %v", err)
+	}
+	c.SetCredential(resp.Credential)
+	d, changed, err := c.Desired(ctx, 0, 0)
+	if err != nil || !changed || !reflect.DeepEqual(d, want) {
+		t.Fatalf("desired %+v changed %v err %v", d, changed, err)
+	}
+	_, changed, err = c.Desired(ctx, 7, 250*time.Millisecond)
+	if err != nil || changed {
+		t.Fatalf("desired after 7: changed %v err %v", changed, err)
+	}
+	o := nodeapi.Observed{Revision: 7, IP: "192.0.2.1", RuntimeHealthy: true, FirewallRevision: 7, SSHKeysRevision: 6, SSHKeysError: "x"}
+	if err := c.ReportObserved(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	if gotObserved != o {
+		t.Fatalf("observed %+v, want %+v", gotObserved, o)
+	}
+}

@@ -1,0 +1,435 @@
+// Package ollama is the Ollama backend of runtime.Runtime, and the supervisor
+// that keeps a private `ollama serve` running beside hearthd.
+//
+// Model management (show, create, pull, list running) goes through the
+// official client, github.com/ollama/ollama/api. Chat sends an
+// api.ChatRequest but reads the stream itself: api.Client.Chat turns a 400
+// answer into an error without its status code (so a bad request could not be
+// told apart from a broken runtime) and decodes every line twice, where one
+// json.Decoder over the answer allocates nothing per token but its text.
+package ollama
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ollama/ollama/api"
+
+	"github.com/hearthd/hearth/runtime"
+)
+
+// Config configures a Backend.
+type Config struct {
+	// BaseURL is where Ollama listens, e.g. http://127.0.0.1:11434.
+	BaseURL string
+	// Model is the name of the deployment's model in Ollama.
+	Model string
+	// HTTPClient, if set, is used for every request. It must not have a
+	// Timeout: chat streams last as long as generations do.
+	HTTPClient *http.Client
+	// FirstByteTimeout bounds the time from sending a chat request to its
+	// first line (first token or error). Zero means no bound beyond ctx.
+	FirstByteTimeout time.Duration
+	// Logger receives progress of model pulls and creation. Nil discards.
+	Logger *slog.Logger
+}
+
+// ModelSource says where the model comes from if Ollama does not have it.
+type ModelSource struct {
+	// GGUFPath, if set, is a local GGUF file the model is created from;
+	// otherwise the model is pulled from its registry by name.
+	GGUFPath string
+	// Template is the chat template (Go template syntax) for a model
+	// created from GGUFPath; empty uses what Ollama infers from the file.
+	Template string
+	// System is a default system prompt for a created model.
+	System string
+	// Parameters are default options for a created model (e.g.
+	// "num_ctx": 4096).
+	Parameters map[string]any
+	// Insecure allows pulling over plain HTTP, for a private registry on
+	// a trusted network.
+	Insecure bool
+}
+
+// Backend talks to one Ollama server about one model. It is safe for
+// concurrent use.
+type Backend struct {
+	cfg     Config
+	base    string // BaseURL without a trailing slash
+	chatURL string
+	hc      *http.Client
+	api     *api.Client
+	log     *slog.Logger
+}
+
+// New returns a Backend for cfg.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Model == "" {
+		return nil, errors.New("ollama: model name is required")
+	}
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("ollama: invalid base URL %q", cfg.BaseURL)
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Every concurrent stream holds a connection to the one local
+		// host; keep them for reuse instead of redialling.
+		tr.MaxIdleConnsPerHost = 256
+		// Ollama is local; proxies from the environment do not apply.
+		tr.Proxy = nil
+		hc = &http.Client{Transport: tr}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	base := strings.TrimRight(u.String(), "/")
+	return &Backend{
+		cfg:     cfg,
+		base:    base,
+		chatURL: base + "/api/chat",
+		hc:      hc,
+		api:     api.NewClient(u, hc),
+		log:     log,
+	}, nil
+}
+
+// unreachable wraps a transport failure.
+func (b *Backend) unreachable(err error) error {
+	return fmt.Errorf("%w: model runtime at %s is unreachable: %w", runtime.ErrUnavailable, b.base, err)
+}
+
+// apiError classifies an error from the api client.
+func (b *Backend) apiError(what string, err error) error {
+	var se api.StatusError
+	if errors.As(err, &se) {
+		if se.StatusCode == http.StatusBadRequest {
+			return &runtime.InvalidRequestError{Msg: se.ErrorMessage}
+		}
+		return fmt.Errorf("%w: %s: %w", runtime.ErrUnavailable, what, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, b.unreachable(err))
+}
+
+// EnsureModel makes sure Ollama has the model: it is there already, or it
+// is created from src.GGUFPath, or else pulled by name.
+func (b *Backend) EnsureModel(ctx context.Context, src ModelSource) error {
+	_, err := b.api.Show(ctx, &api.ShowRequest{Model: b.cfg.Model})
+	if err == nil {
+		return nil
+	}
+	var se api.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusNotFound {
+		return b.apiError("show model "+b.cfg.Model, err)
+	}
+	if src.GGUFPath != "" {
+		return b.create(ctx, src)
+	}
+	return b.pull(ctx, src.Insecure)
+}
+
+func (b *Backend) create(ctx context.Context, src ModelSource) error {
+	start := time.Now()
+	f, err := os.Open(src.GGUFPath)
+	if err != nil {
+		return fmt.Errorf("ollama: open model file: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("ollama: hash model file: %w", err)
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("ollama: rewind model file: %w", err)
+	}
+	b.log.Info("uploading model file to runtime", "model", b.cfg.Model, "path", src.GGUFPath, "digest", digest)
+	if err := b.api.CreateBlob(ctx, digest, f); err != nil {
+		return b.apiError("upload model file", err)
+	}
+	stream := false
+	req := &api.CreateRequest{
+		Model:      b.cfg.Model,
+		Stream:     &stream,
+		Files:      map[string]string{filepath.Base(src.GGUFPath): digest},
+		Template:   src.Template,
+		System:     src.System,
+		Parameters: src.Parameters,
+	}
+	if err := b.api.Create(ctx, req, func(api.ProgressResponse) error { return nil }); err != nil {
+		return b.apiError("create model "+b.cfg.Model, err)
+	}
+	b.log.Info("model created", "model", b.cfg.Model, "took", time.Since(start))
+	return nil
+}
+
+func (b *Backend) pull(ctx context.Context, insecure bool) error {
+	b.log.Info("pulling model", "model", b.cfg.Model)
+	start := time.Now()
+	var lastStatus string
+	var lastLog time.Time
+	err := b.api.Pull(ctx, &api.PullRequest{Model: b.cfg.Model, Insecure: insecure}, func(p api.ProgressResponse) error {
+		// Log status changes, and download progress at most every 5s.
+		if p.Status != lastStatus || time.Since(lastLog) > 5*time.Second {
+			lastStatus, lastLog = p.Status, time.Now()
+			args := []any{"model", b.cfg.Model, "status", p.Status}
+			if p.Total > 0 {
+				args = append(args, "completed", p.Completed, "total", p.Total)
+			}
+			b.log.Info("pulling model", args...)
+		}
+		return nil
+	})
+	if err != nil {
+		return b.apiError("pull model "+b.cfg.Model, err)
+	}
+	b.log.Info("model pulled", "model", b.cfg.Model, "took", time.Since(start))
+	return nil
+}
+
+// keepForever keeps the model loaded for as long as Ollama runs.
+var keepForever = &api.Duration{Duration: -1}
+
+// Warm loads the model and pins it in memory, returning how long the load
+// took. The deployment is ready only after this.
+func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	stream := false
+	// A chat request without messages only loads the model.
+	err := b.api.Chat(ctx, &api.ChatRequest{
+		Model:     b.cfg.Model,
+		Messages:  []api.Message{},
+		Stream:    &stream,
+		KeepAlive: keepForever,
+	}, func(api.ChatResponse) error { return nil })
+	if err != nil {
+		return 0, b.apiError("load model "+b.cfg.Model, err)
+	}
+	took := time.Since(start)
+	b.log.Info("model loaded", "model", b.cfg.Model, "took", took)
+	return took, nil
+}
+
+// Ready implements runtime.Runtime: Ollama answers and has the model loaded.
+func (b *Backend) Ready(ctx context.Context) error {
+	ps, err := b.api.ListRunning(ctx)
+	if err != nil {
+		return b.apiError("list running models", err)
+	}
+	for _, m := range ps.Models {
+		if sameModel(m.Name, b.cfg.Model) || sameModel(m.Model, b.cfg.Model) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: model %s is not loaded", runtime.ErrUnavailable, b.cfg.Model)
+}
+
+// sameModel compares model names, where a missing tag means "latest".
+func sameModel(a, b string) bool {
+	norm := func(s string) string {
+		if i := strings.LastIndexByte(s, ':'); i < 0 || strings.Contains(s[i:], "/") {
+			return s + ":latest"
+		}
+		return s
+	}
+	return norm(a) == norm(b)
+}
+
+var _ runtime.Runtime = (*Backend)(nil)
+
+// errFirstByte is the cancel cause when the first line is late.
+var errFirstByte = errors.New("first byte timeout")
+
+// Chat implements runtime.Runtime. It returns once Ollama has sent the first
+// line of its answer, or failed.
+func (b *Backend) Chat(ctx context.Context, req *runtime.Request) (runtime.Stream, error) {
+	body, err := b.chatBody(req)
+	if err != nil {
+		return nil, err
+	}
+	// The request lives until the stream ends: cancelling it makes Ollama
+	// stop generating.
+	rctx, cancel := context.WithCancelCause(ctx)
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, b.chatURL, bytes.NewReader(body))
+	if err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("ollama: build chat request: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Accept", "application/x-ndjson")
+
+	var timer *time.Timer
+	if b.cfg.FirstByteTimeout > 0 {
+		timer = time.AfterFunc(b.cfg.FirstByteTimeout, func() { cancel(errFirstByte) })
+	}
+	s := &stream{ctx: rctx, cancel: cancel, b: b}
+	timeout := func() error {
+		return fmt.Errorf("%w: model runtime at %s sent nothing within %s", runtime.ErrTimeout, b.base, b.cfg.FirstByteTimeout)
+	}
+	fail := func(err error) (runtime.Stream, error) {
+		if timer != nil {
+			timer.Stop()
+		}
+		if context.Cause(rctx) == errFirstByte {
+			err = timeout()
+		}
+		s.Close()
+		return nil, err
+	}
+
+	resp, err := b.hc.Do(hreq)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("ollama: chat: %w", ctx.Err()))
+		}
+		return fail(b.unreachable(err))
+	}
+	s.body = resp.Body
+	s.dec = json.NewDecoder(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fail(b.statusError(resp))
+	}
+	// Read the first line here, so a runtime that fails before producing
+	// anything is reported as unavailable, not as a broken stream.
+	if err := s.next(); err != nil {
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("ollama: chat: %w", ctx.Err()))
+		}
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fail(fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", runtime.ErrUnavailable, b.base, err))
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fail(b.unreachable(err))
+	}
+	if timer != nil && !timer.Stop() {
+		// The deadline passed as the line arrived; the request is
+		// being cancelled, so the stream cannot go on.
+		s.Close()
+		return nil, timeout()
+	}
+	if err := s.decode(&s.line); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+	}
+	return s, nil
+}
+
+// statusError turns a non-200 answer into the error the API maps to a status.
+func (b *Backend) statusError(resp *http.Response) error {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := strings.TrimSpace(string(data))
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return &runtime.InvalidRequestError{Msg: msg}
+	case http.StatusNotFound:
+		return fmt.Errorf("%w: model runtime at %s does not have model %s: %s", runtime.ErrUnavailable, b.base, b.cfg.Model, msg)
+	default:
+		return fmt.Errorf("%w: model runtime at %s answered %s: %s", runtime.ErrUnavailable, b.base, resp.Status, msg)
+	}
+}
+
+// chatBody encodes req as an Ollama chat request.
+func (b *Backend) chatBody(req *runtime.Request) ([]byte, error) {
+	stream := true
+	cr := api.ChatRequest{
+		Model:     b.cfg.Model,
+		Messages:  make([]api.Message, len(req.Messages)),
+		Stream:    &stream,
+		Format:    req.Format,
+		KeepAlive: keepForever,
+		Options:   options(&req.Options),
+	}
+	for i, m := range req.Messages {
+		am := api.Message{Role: m.Role, Content: m.Content}
+		if m.Role == "tool" {
+			am.ToolName = m.ToolName
+		}
+		for _, tc := range m.ToolCalls {
+			var args api.ToolCallFunctionArguments
+			if len(tc.Arguments) > 0 {
+				if err := json.Unmarshal(tc.Arguments, &args); err != nil {
+					return nil, &runtime.InvalidRequestError{Msg: fmt.Sprintf("messages[%d]: tool call %q: arguments are not a JSON object: %v", i, tc.Name, err)}
+				}
+			}
+			am.ToolCalls = append(am.ToolCalls, api.ToolCall{Function: api.ToolCallFunction{Name: tc.Name, Arguments: args}})
+		}
+		cr.Messages[i] = am
+	}
+	for i, t := range req.Tools {
+		at := api.Tool{Type: "function"}
+		at.Function.Name = t.Name
+		at.Function.Description = t.Description
+		if len(t.Parameters) > 0 && string(t.Parameters) != "null" {
+			if err := json.Unmarshal(t.Parameters, &at.Function.Parameters); err != nil {
+				return nil, &runtime.InvalidRequestError{Msg: fmt.Sprintf("tools[%d] (%s): unsupported parameters schema: %v", i, t.Name, err)}
+			}
+		}
+		if at.Function.Parameters.Type == "" {
+			at.Function.Parameters.Type = "object"
+		}
+		cr.Tools = append(cr.Tools, at)
+	}
+	body, err := json.Marshal(&cr)
+	if err != nil {
+		return nil, fmt.Errorf("ollama: encode chat request: %w", err)
+	}
+	return body, nil
+}
+
+// options returns only the options the client set, in Ollama's names.
+func options(o *runtime.Options) map[string]any {
+	m := make(map[string]any, 7)
+	if o.Temperature != nil {
+		m["temperature"] = *o.Temperature
+	}
+	if o.TopP != nil {
+		m["top_p"] = *o.TopP
+	}
+	if o.MaxTokens != nil {
+		m["num_predict"] = *o.MaxTokens
+	}
+	if o.Stop != nil {
+		m["stop"] = o.Stop
+	}
+	if o.Seed != nil {
+		m["seed"] = *o.Seed
+	}
+	if o.PresencePenalty != nil {
+		m["presence_penalty"] = *o.PresencePenalty
+	}
+	if o.FrequencyPenalty != nil {
+		m["frequency_penalty"] = *o.FrequencyPenalty
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}

@@ -1,0 +1,180 @@
+package ollama
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/hearthd/hearth/runtime"
+)
+
+// stream reads Ollama's NDJSON answer in the caller's goroutine: one JSON
+// decode per token (allocating only the token's text), no goroutine or
+// channel in between.
+type stream struct {
+	b      *Backend
+	ctx    context.Context // the request's; its cause says why it ended
+	cancel context.CancelCauseFunc
+	body   io.ReadCloser
+	// One decoder for the whole answer: it keeps its buffer and scanner
+	// state between lines, which a json.Unmarshal per line would allocate.
+	dec  *json.Decoder
+	line chatLine // reused for every line
+
+	// Events decoded from one line, waiting to be returned. A line yields
+	// at most two: its content or tool calls, and the final event.
+	pending [2]runtime.Event
+	head, n int
+
+	toolCalls bool // tool calls seen; the finish reason is tool_calls
+	done      bool // final event decoded
+	err       error
+
+	closeOnce sync.Once
+}
+
+// chatLine is the part of api.ChatResponse the stream needs. Decoding into
+// it skips the timestamps and the lower-casing api.Message does per token,
+// and keeps tool call arguments as the model wrote them.
+type chatLine struct {
+	Message struct {
+		Content   string `json:"content"`
+		ToolCalls []struct {
+			Function struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"message"`
+	Done            bool   `json:"done"`
+	DoneReason      string `json:"done_reason"`
+	PromptEvalCount int    `json:"prompt_eval_count"`
+	EvalCount       int    `json:"eval_count"`
+	Error           string `json:"error"`
+}
+
+// streamError is an error Ollama reported inside the stream.
+type streamError struct{ msg string }
+
+func (e *streamError) Error() string { return "model runtime error: " + e.msg }
+
+// next decodes the next line of the answer into s.line.
+func (s *stream) next() error {
+	s.line = chatLine{}
+	return s.dec.Decode(&s.line)
+}
+
+// decode queues the events of one line.
+func (s *stream) decode(l *chatLine) error {
+	if l.Error != "" {
+		return &streamError{msg: l.Error}
+	}
+	if l.Message.Content != "" || len(l.Message.ToolCalls) > 0 {
+		ev := runtime.Event{Content: l.Message.Content}
+		if len(l.Message.ToolCalls) > 0 {
+			s.toolCalls = true
+			ev.ToolCalls = make([]runtime.ToolCall, len(l.Message.ToolCalls))
+			for i, tc := range l.Message.ToolCalls {
+				args := tc.Function.Arguments
+				if len(args) == 0 || string(args) == "null" {
+					args = json.RawMessage("{}")
+				}
+				ev.ToolCalls[i] = runtime.ToolCall{ID: newCallID(), Name: tc.Function.Name, Arguments: args}
+			}
+		}
+		s.push(ev)
+	}
+	if l.Done {
+		finish := runtime.FinishStop
+		switch {
+		case l.DoneReason == "length":
+			finish = runtime.FinishLength
+		case s.toolCalls:
+			finish = runtime.FinishToolCalls
+		}
+		s.done = true
+		s.push(runtime.Event{
+			Done:             true,
+			FinishReason:     finish,
+			PromptTokens:     l.PromptEvalCount,
+			CompletionTokens: l.EvalCount,
+		})
+	}
+	return nil
+}
+
+func (s *stream) push(ev runtime.Event) {
+	s.pending[(s.head+s.n)%len(s.pending)] = ev
+	s.n++
+}
+
+// Recv implements runtime.Stream.
+func (s *stream) Recv() (runtime.Event, error) {
+	for {
+		if s.n > 0 {
+			ev := s.pending[s.head]
+			s.pending[s.head] = runtime.Event{}
+			s.head = (s.head + 1) % len(s.pending)
+			s.n--
+			if ev.Done {
+				s.finish()
+			}
+			return ev, nil
+		}
+		if s.err != nil {
+			return runtime.Event{}, s.err
+		}
+		if s.done {
+			return runtime.Event{}, io.EOF
+		}
+		if err := s.next(); err != nil {
+			return runtime.Event{}, s.fail(s.readError(err))
+		}
+		if err := s.decode(&s.line); err != nil {
+			return runtime.Event{}, s.fail(err)
+		}
+	}
+}
+
+func (s *stream) readError(err error) error {
+	if cause := context.Cause(s.ctx); cause != nil {
+		return fmt.Errorf("ollama: generation stopped: %w", cause)
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: model runtime at %s: stream broken: %w", runtime.ErrUnavailable, s.b.base, err)
+}
+
+func (s *stream) fail(err error) error {
+	s.err = err
+	s.Close()
+	return err
+}
+
+// finish releases the connection after the final event. Draining the
+// (already ended) body lets the transport reuse the connection.
+func (s *stream) finish() {
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.body, 4<<10))
+	s.Close()
+}
+
+// Close implements runtime.Stream. Cancelling the request closes the
+// connection, and Ollama stops generating when its client goes away.
+func (s *stream) Close() error {
+	s.closeOnce.Do(func() {
+		if s.body != nil {
+			s.body.Close()
+		}
+		s.cancel(context.Canceled)
+	})
+	return nil
+}
+
+func newCallID() string {
+	return "call_" + strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64()>>32, 36)
+}
