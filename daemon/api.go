@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 	"github.com/hearthd/hearth/runtime"
 )
@@ -43,6 +44,7 @@ type API struct {
 	cfg         APIConfig
 	rt          runtime.Runtime
 	keys        Keys
+	m           *metrics.Node
 	log         *slog.Logger
 	lim         *limiter
 	created     int64 // the model's `created` in /models
@@ -62,8 +64,9 @@ type API struct {
 	bufs      sync.Pool
 }
 
-// NewAPI builds the deployment API over a runtime and a key ring.
-func NewAPI(cfg APIConfig, rt runtime.Runtime, keys Keys, log *slog.Logger) *API {
+// NewAPI builds the deployment API over a runtime and a key ring, observing
+// into m.
+func NewAPI(cfg APIConfig, rt runtime.Runtime, keys Keys, m *metrics.Node, log *slog.Logger) *API {
 	base, cancel := context.WithCancel(context.Background())
 	sum := sha256.Sum256([]byte(cfg.Model + "\x00" + cfg.Version))
 	var rnd [6]byte
@@ -72,6 +75,7 @@ func NewAPI(cfg APIConfig, rt runtime.Runtime, keys Keys, log *slog.Logger) *API
 		cfg:         cfg,
 		rt:          rt,
 		keys:        keys,
+		m:           m,
 		log:         log,
 		lim:         newLimiter(cfg.MaxConcurrent, cfg.MaxQueue),
 		created:     time.Now().Unix(),
@@ -81,6 +85,7 @@ func NewAPI(cfg APIConfig, rt runtime.Runtime, keys Keys, log *slog.Logger) *API
 		reqPrefix:   "req_" + hex.EncodeToString(rnd[:]),
 	}
 	a.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	m.RegisterQueueDepth(a.lim.queued)
 	return a
 }
 
@@ -144,33 +149,40 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
+	route := metrics.RouteOther
 	switch {
 	case string(path) == apiPrefix+"/chat/completions":
+		route = metrics.RouteChatCompletions
 		if !bytes.Equal(method, []byte("POST")) {
 			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
-			return
+			break
 		}
 		a.handleChat(ctx)
 	case string(path) == apiPrefix+"/models":
+		route = metrics.RouteModels
 		if !isGet(method) {
 			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
-			return
+			break
 		}
 		a.handleModels(ctx, "")
 	case bytes.HasPrefix(path, []byte(apiPrefix+"/models/")):
+		route = metrics.RouteModel
 		if !isGet(method) {
 			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
-			return
+			break
 		}
 		a.handleModels(ctx, string(path[len(apiPrefix+"/models/"):]))
 	case string(path) == "/healthz":
+		route = metrics.RouteHealthz
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
 	case string(path) == "/readyz":
+		route = metrics.RouteReadyz
 		a.handleReady(ctx)
 	default:
 		a.writeError(ctx, openai.NotFound(string(method), string(path)))
 	}
+	a.m.Request(route, ctx.Response.StatusCode())
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }
@@ -179,7 +191,9 @@ func (a *API) authenticate(ctx *fasthttp.RequestCtx) (apikeys.Key, bool) {
 	key, err := a.keys.Authenticate(ctx.Request.Header.Peek("Authorization"))
 	if err != nil {
 		// The reason is safe to log; the token never is.
-		a.log.Debug("rejected API key", "reason", err.Error(), "remote", ctx.RemoteIP().String())
+		reason := apikeys.Reason(err)
+		a.m.AuthFailure(reason)
+		a.log.Debug("rejected API key", "reason", reason, "remote", ctx.RemoteIP().String())
 		a.writeError(ctx, openai.InvalidAPIKey())
 		return apikeys.Key{}, false
 	}
@@ -240,6 +254,7 @@ func (a *API) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	a.writeError(ctx, e)
 	ctx.SetConnectionClose()
+	a.m.Request(metrics.RouteOther, e.Status)
 }
 
 func isTimeout(err error) bool {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/runtime"
 	"github.com/hearthd/hearth/runtime/fake"
 )
@@ -49,7 +50,7 @@ func startAPI(t *testing.T, fc fake.Config, mod func(*APIConfig)) *testAPI {
 	keys := apikeys.NewStatic()
 	secret, key := keys.Add("test")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	api := NewAPI(cfg, rt, keys, log)
+	api := NewAPI(cfg, rt, keys, metrics.NewNode("test"), log)
 	api.SetWarm(true)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 	"github.com/hearthd/hearth/runtime"
 )
@@ -20,7 +21,9 @@ import (
 // the runtime accepting the request) happens before the response starts,
 // so a streaming client gets a proper HTTP error rather than a broken stream.
 func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
 	if a.draining.Load() {
+		a.m.Rejected(metrics.RejectDraining)
 		a.writeError(ctx, openai.Unavailable("The server is shutting down; please retry."))
 		return
 	}
@@ -34,6 +37,7 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !a.warm.Load() {
+		a.m.Rejected(metrics.RejectNotReady)
 		a.writeError(ctx, openai.Unavailable("The model is still loading; please retry shortly."))
 		return
 	}
@@ -50,6 +54,7 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	if err := a.lim.acquire(gctx); err != nil {
 		finish()
 		if errors.Is(err, errQueueFull) {
+			a.m.Rejected(metrics.RejectQueueFull)
 			a.writeError(ctx, openai.RateLimited(""))
 		}
 		// Otherwise the client left while queued: nobody to answer.
@@ -62,21 +67,32 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 		clientGone := gctx.Err() != nil
 		release()
 		if clientGone && !errors.Is(err, runtime.ErrTimeout) {
+			a.m.ChatCompletion(metrics.FinishCancelled, req.Stream)
 			return // client gone or shutting down: nobody to answer
 		}
+		a.m.ChatCompletion(metrics.FinishError, req.Stream)
 		a.writeRuntimeError(ctx, err)
 		return
 	}
 
-	c := completion{
+	a.m.StreamStarted()
+	c := &completion{
 		api:     a,
 		id:      openai.NewCompletionID(),
-		created: time.Now().Unix(),
+		created: start.Unix(),
+		start:   start,
 		stream:  stream,
+		gctx:    gctx,
 		keyID:   key.ID,
+		isSSE:   req.Stream,
+	}
+	done := func() {
+		c.observe()
+		a.m.StreamEnded()
+		release()
 	}
 	if !req.Stream {
-		defer release()
+		defer done()
 		c.respond(ctx)
 		return
 	}
@@ -86,7 +102,7 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	conn := ctx.Conn()
 	enc := openai.NewChunkEncoder(c.id, c.created, a.cfg.Model, a.fingerprint, req.IncludeUsage)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer release()
+		defer done()
 		c.streamTo(w, conn, enc, req.IncludeUsage)
 	})
 }
@@ -109,8 +125,49 @@ type completion struct {
 	api     *API
 	id      string
 	created int64
+	start   time.Time
 	stream  runtime.Stream
+	gctx    context.Context
 	keyID   string
+	isSSE   bool
+
+	// Observed as the completion runs; reported once by observe.
+	firstAt, lastAt  time.Time
+	finish           string
+	prompt, complete int
+}
+
+// token notes that a piece of content reached the client now.
+func (c *completion) token(now time.Time) {
+	if c.firstAt.IsZero() {
+		c.firstAt = now
+		c.api.m.ObserveTTFT(now.Sub(c.start))
+	} else {
+		c.api.m.ObserveInterToken(now.Sub(c.lastAt))
+	}
+	c.lastAt = now
+}
+
+// end records how the generation ended.
+func (c *completion) end(ev runtime.Event, sawToolCalls bool) {
+	c.finish = finishReason(ev.FinishReason, sawToolCalls)
+	c.prompt, c.complete = ev.PromptTokens, ev.CompletionTokens
+	c.api.keys.RecordUsage(c.keyID, 1, int64(ev.PromptTokens), int64(ev.CompletionTokens))
+}
+
+// observe reports the completion to metrics, once, at its end.
+func (c *completion) observe() {
+	m := c.api.m
+	switch {
+	case c.finish != "":
+		m.ChatCompletion(c.finish, c.isSSE)
+		m.Tokens(c.prompt, c.complete)
+	case c.gctx.Err() != nil:
+		m.ChatCompletion(metrics.FinishCancelled, c.isSSE)
+	default:
+		m.ChatCompletion(metrics.FinishError, c.isSSE)
+	}
+	m.ObserveChatDuration(time.Since(c.start))
 }
 
 // respond collects the whole generation and answers it as one JSON object.
@@ -128,6 +185,9 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 			c.api.writeRuntimeError(ctx, err)
 			return
 		}
+		if ev.Content != "" {
+			c.token(time.Now())
+		}
 		text.WriteString(ev.Content)
 		calls = append(calls, ev.ToolCalls...)
 		if ev.Done {
@@ -135,12 +195,11 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 			break
 		}
 	}
-	finish := finishReason(last.FinishReason, len(calls) > 0)
-	c.api.keys.RecordUsage(c.keyID, 1, int64(last.PromptTokens), int64(last.CompletionTokens))
+	c.end(last, len(calls) > 0)
 	bp := c.api.bufs.Get().(*[]byte)
 	defer c.api.bufs.Put(bp)
 	*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.api.cfg.Model, c.api.fingerprint,
-		text.String(), calls, finish, last.PromptTokens, last.CompletionTokens)
+		text.String(), calls, c.finish, last.PromptTokens, last.CompletionTokens)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(*bp)
 }
@@ -161,9 +220,10 @@ type flusher interface {
 	Flush() error
 }
 
-// streamTo relays the generation as server-sent events, flushing each event
-// as soon as it is produced. fasthttp's stream writer is buffered, so without
-// the flush a client would see chunks in batches.
+// streamTo relays the generation as server-sent events. Each event is
+// flushed as soon as nothing more is ready: fasthttp's stream writer is
+// buffered, so without the flush a client would see chunks in batches, and
+// with a flush per event a burst of ready tokens would cost a write each.
 func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
 	defer c.stream.Close()
 	stall := c.api.cfg.WriteStallTimeout
@@ -171,20 +231,20 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 	// A client that stops reading must not pin a generation slot forever:
 	// bound each write. Moving the deadline costs a timer update, so it is
 	// moved only when a quarter of the window has passed.
-	armDeadline := func() {
-		now := time.Now()
+	armDeadline := func(now time.Time) {
 		if deadline.Sub(now) < stall*3/4 {
 			deadline = now.Add(stall)
 			_ = conn.SetWriteDeadline(deadline)
 		}
 	}
 	defer conn.SetWriteDeadline(time.Time{})
+	buffered, _ := c.stream.(runtime.Buffered)
 
 	bp := c.api.bufs.Get().(*[]byte)
-	defer c.api.bufs.Put(bp)
 	buf := enc.AppendRole((*bp)[:0])
+	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
 	send := func() bool {
-		armDeadline()
+		armDeadline(time.Now())
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}
@@ -203,34 +263,37 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 		if err != nil {
 			// The response has started: report the failure in the stream's
 			// own format, then end it cleanly.
-			if c.api.base.Err() == nil {
+			if c.gctx.Err() == nil {
 				c.api.log.Warn("generation failed mid-stream", "err", err)
 			}
 			buf = enc.AppendError(buf, openai.RuntimeError(err))
 			buf = enc.AppendDone(buf)
 			send()
-			break
+			return
 		}
 		if ev.Content != "" {
 			buf = enc.AppendContent(buf, ev.Content)
+			c.token(time.Now())
 		}
 		if len(ev.ToolCalls) > 0 {
 			buf = enc.AppendToolCalls(buf, ev.ToolCalls, toolIndex)
 			toolIndex += len(ev.ToolCalls)
 		}
 		if ev.Done {
-			buf = enc.AppendFinish(buf, finishReason(ev.FinishReason, toolIndex > 0))
+			c.end(ev, toolIndex > 0)
+			buf = enc.AppendFinish(buf, c.finish)
 			if includeUsage {
 				buf = enc.AppendUsage(buf, ev.PromptTokens, ev.CompletionTokens)
 			}
 			buf = enc.AppendDone(buf)
-			c.api.keys.RecordUsage(c.keyID, 1, int64(ev.PromptTokens), int64(ev.CompletionTokens))
 			send()
-			break
+			return
+		}
+		if buffered != nil && buffered.Buffered() && len(buf) < 32<<10 {
+			continue // more is ready now: one write for the burst
 		}
 		if len(buf) > 0 && !send() {
 			return // client gone: the deferred Close stops the generation
 		}
 	}
-	*bp = buf
 }

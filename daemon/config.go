@@ -166,6 +166,7 @@ func (c Config) Validate() error {
 			bad(d.key, "must be positive, got %s", d.v)
 		}
 	}
+	errs = append(errs, c.validateExtra()...)
 	return errors.Join(errs...)
 }
 

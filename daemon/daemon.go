@@ -5,15 +5,19 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/runtime/ollama"
 	"github.com/hearthd/hearth/store"
 )
@@ -54,10 +58,28 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 		}
 	}()
 
+	m := metrics.NewNode(version)
+	if cfg.MetricsListen != "" {
+		mln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("config metrics-listen: %w", err)
+		}
+		go func() {
+			if err := metrics.ServeListener(bg, mln, metricsMux(m), log); err != nil {
+				log.Error("metrics listener stopped", "err", err)
+			}
+		}()
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
+
 	if cfg.OllamaStart {
 		sup, err := supervisor(cfg, log)
 		if err != nil {
 			return err
+		}
+		sup.OnExit = func(err error) {
+			m.RuntimeRestarted()
+			log.Warn("model runtime exited; restarting", "err", err)
 		}
 		supDone := make(chan struct{})
 		go func() { defer close(supDone); _ = sup.Run(bg) }()
@@ -82,11 +104,29 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 		MaxQueue:          cfg.MaxQueue,
 		MaxBodyBytes:      cfg.MaxBodyBytes,
 		WriteStallTimeout: cfg.WriteStallTimeout,
-	}, rt, keys, log)
+	}, rt, keys, m, log)
 	defer api.Close()
+	m.RegisterRuntimeUp(func() bool {
+		rctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		return api.healthy(rctx) == nil
+	})
+
+	var certs *CertReloader
+	if cfg.TLSCert != "" {
+		// Loaded before listening, so a bad certificate fails the start.
+		if certs, err = NewCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
+			return fmt.Errorf("config tls-cert: %w", err)
+		}
+		go certs.Run(bg, 0)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	scheme := "http"
+	if certs != nil {
+		ln, scheme = tls.NewListener(ln, certs.TLSConfig()), "https"
 	}
 	srv := api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
 	serveErr := make(chan error, 1)
@@ -103,6 +143,7 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 				log.Error("firewall drift repair stopped", "err", err)
 			}
 		}()
+		registerEnforcementMetrics(m, fw, sshKeys)
 		agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
 		agentDone := make(chan struct{})
 		go func() {
@@ -115,7 +156,7 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 	}
 
 	warmErr := make(chan error, 1)
-	go func() { warmErr <- warmUp(ctx, rt, cfg, log) }()
+	go func() { warmErr <- warmUp(ctx, rt, cfg, m, log) }()
 
 	warmCh := warmErr
 	for {
@@ -127,7 +168,7 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 				continue
 			}
 			api.SetWarm(true)
-			log.Info("ready", "model", cfg.Model, "url", "http://"+ln.Addr().String()+apiPrefix)
+			log.Info("ready", "model", cfg.Model, "url", scheme+"://"+ln.Addr().String()+apiPrefix)
 			continue
 		case err := <-serveErr:
 			return fmt.Errorf("deployment API stopped: %w", err)
@@ -156,7 +197,7 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 
 // warmUp makes sure the model exists and is loaded, retrying with backoff
 // while the runtime is unreachable (it may still be starting).
-func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, log *slog.Logger) error {
+func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, m *metrics.Node, log *slog.Logger) error {
 	src := ollama.ModelSource{GGUFPath: cfg.ModelGGUF, Parameters: cfg.ModelParams}
 	if cfg.ModelTemplate != "" {
 		b, err := os.ReadFile(cfg.ModelTemplate)
@@ -172,6 +213,7 @@ func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, log *slog.Logge
 			var took time.Duration
 			took, err = rt.Warm(ctx)
 			if err == nil {
+				m.SetModelLoadDuration(took)
 				log.Info("model loaded", "model", cfg.Model, "seconds", took.Seconds())
 				return nil
 			}
@@ -196,4 +238,17 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 		dir = filepath.Join(cfg.StateDir, "models")
 	}
 	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, Logger: log}, nil
+}
+
+// metricsMux serves /metrics and, on the same private listener, the Go
+// profiler: the listener is loopback by default and never the public port.
+func metricsMux(m *metrics.Node) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/hearthd/hearth/firewall"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/sshkeys"
 )
@@ -99,4 +100,15 @@ func nodeAgent(cfg Config, fw firewall.Firewall, keys sshkeys.Keys, health func(
 		Hardware:        nodeapi.Hardware{Chip: cfg.NodeChip, RAM: cfg.NodeRAM, Storage: cfg.NodeStorage},
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
 	}, fw, keys, health, log)
+}
+
+// registerEnforcementMetrics exports the firewall's and the key writer's
+// counters when they keep any.
+func registerEnforcementMetrics(m *metrics.Node, fw firewall.Firewall, keys sshkeys.Keys) {
+	if s, ok := fw.(interface{ Stats() firewall.Stats }); ok {
+		m.RegisterFirewall(func() metrics.FirewallStats { return metrics.FirewallStats(s.Stats()) })
+	}
+	if s, ok := keys.(interface{ Stats() sshkeys.Stats }); ok {
+		m.RegisterSSHKeys(func() metrics.SSHKeyStats { return metrics.SSHKeyStats(s.Stats()) })
+	}
 }

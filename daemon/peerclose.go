@@ -27,6 +27,11 @@ func watchPeerClose(conn net.Conn, onClose func()) (stop func()) {
 	if rc == nil {
 		return func() {}
 	}
+	// Over TLS a leaving client sends a close_notify alert before its FIN,
+	// and encrypted records all look alike: bytes pending prove nothing.
+	// There, wait on for the FIN itself (POLLRDHUP), which the kernel
+	// reports even with unread data queued.
+	_, isTLS := conn.(*tls.Conn)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -37,7 +42,13 @@ func watchPeerClose(conn net.Conn, onClose func()) (stop func()) {
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR) {
 				return false // nothing yet: park in the netpoller
 			}
-			closed = err != nil || n == 0
+			if err == nil && n > 0 && isTLS {
+				pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+				if _, perr := unix.Poll(pfd, 0); perr != nil || pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) == 0 {
+					return false // data but no FIN yet: park until the next event
+				}
+			}
+			closed = err != nil || n == 0 || isTLS
 			return true
 		})
 		if err == nil && closed {

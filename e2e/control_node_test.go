@@ -37,7 +37,7 @@ func startControl(t *testing.T) *controlPlane {
 	t.Helper()
 	c := &controlPlane{t: t, bin: binary(t, "hearth-control"), stateDir: t.TempDir(), exited: make(chan struct{})}
 	c.token = strings.TrimSpace(c.cli("tokens", "create", "--name", "offline"))
-	c.cmd = exec.Command(c.bin, "serve", "--listen", "127.0.0.1:0", "--state-dir", c.stateDir, "--log-level", "debug",
+	c.cmd = exec.Command(c.bin, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--state-dir", c.stateDir, "--log-level", "debug",
 		"--public-deployment-url-template", "http://{name}.deploy.test/api/v1")
 	stderr, err := c.cmd.StderrPipe()
 	if err != nil {

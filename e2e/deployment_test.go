@@ -51,7 +51,7 @@ func startHearthd(t *testing.T, wantReady bool, args ...string) *hearthd {
 	t.Helper()
 	h := &hearthd{t: t, bin: binary(t, "hearthd"), stateDir: t.TempDir(), exited: make(chan struct{})}
 	h.secret = h.createKey("e2e")
-	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--state-dir", h.stateDir, "--log-level", "debug"}, args...)
+	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--state-dir", h.stateDir, "--log-level", "debug"}, args...)
 	h.cmd = exec.Command(h.bin, full...)
 	stderr, err := h.cmd.StderrPipe()
 	if err != nil {

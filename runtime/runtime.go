@@ -31,6 +31,14 @@ type Stream interface {
 	Close() error
 }
 
+// Buffered is implemented by streams that can tell whether the next Recv
+// will return at once, without waiting on the runtime. The API then writes
+// such events back to back and flushes once: a client still gets every
+// event as soon as it exists, but a burst costs one write, not one per token.
+type Buffered interface {
+	Buffered() bool
+}
+
 // Message is one chat message in runtime terms.
 type Message struct {
 	Role      string // system, user, assistant or tool

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/control"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -92,6 +93,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	rateLimit := fs.Float64("rate-limit", 20, "requests per second per API token (token bucket refill)")
 	rateBurst := fs.Int("rate-burst", 40, "token bucket size per API token")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	metricsListen := fs.String("metrics-listen", metrics.DefaultControlAddr, "Prometheus metrics address (\"\" disables)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -130,7 +132,23 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer os.Remove(sock)
 
-	api := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	mc := metrics.NewControl(version)
+	mc.RegisterNodesConnected(srv.NodesConnected)
+	mc.RegisterServers(srv.ServersByStatus)
+	if *metricsListen != "" {
+		mln, err := net.Listen("tcp", *metricsListen)
+		if err != nil {
+			ln.Close()
+			aln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		go func() {
+			if err := metrics.ServeListener(ctx, mln, mc.Handler(), logger); err != nil {
+				logger.Error("metrics listener stopped", "err", err)
+			}
+		}()
+	}
+	api := &http.Server{Handler: mc.Middleware(srv.Handler()), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	adm := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

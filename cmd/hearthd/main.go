@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -67,8 +68,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg := daemon.Defaults()
+	// Flags bind to a scratch Config; only those given on the command line
+	// are applied, last: defaults < config file < HEARTH_* env < flags.
+	flags := daemon.Defaults()
+	cfg := &flags
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file (default $HEARTH_CONFIG or "+daemon.DefaultConfigPath+" if present)")
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "deployment API address (host:port)")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (Pebble, admin socket)")
@@ -118,12 +123,32 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	final := daemon.Defaults()
+	path, explicit := *configPath, true
+	if path == "" {
+		path = os.Getenv(daemon.ConfigEnv)
+	}
+	if path == "" {
+		path, explicit = daemon.DefaultConfigPath, false
+	}
+	if err := daemon.LoadFile(path, &final); err != nil && (explicit || !errors.Is(err, iofs.ErrNotExist)) {
+		return err
+	}
+	unknownEnv, err := daemon.ApplyEnv(os.Environ(), &final)
+	if err != nil {
+		return err
+	}
+	daemon.ApplyFlags(fs, flags, &final)
+
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToLower(cfg.LogLevel))); err != nil {
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(final.LogLevel))); err != nil {
 		return fmt.Errorf("config log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	return daemon.Run(ctx, cfg, version, log)
+	for _, name := range unknownEnv {
+		log.Warn("unknown HEARTH_ environment variable ignored", "name", name)
+	}
+	return daemon.Run(ctx, final, version, log)
 }
 
 // paramValue types an Ollama parameter value: integer, float, bool or text.

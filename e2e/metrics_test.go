@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/metrics/promtest"
+)
+
+var metricsRe = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
+
+// metricsAddr is the address hearthd's metrics listener logged at start.
+func (h *hearthd) metricsAddr(t *testing.T) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := metricsRe.FindStringSubmatch(h.logs()); m != nil {
+			return m[1]
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no metrics listener logged:\n%s", h.logs())
+	return ""
+}
+
+// A real Prometheus scrapes a running hearthd: up == 1 and a non-empty TTFT
+// histogram after a completion; promtool finds the exposition clean; the
+// public API port does not serve metrics.
+func TestPrometheusScrapesHearthd(t *testing.T) {
+	h, inst := attached(t)
+	c := h.client(h.secret)
+	p := userParams(inst.Model, "hello", 8)
+	stream := c.Chat.Completions.NewStreaming(context.Background(), p)
+	for stream.Next() {
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := h.metricsAddr(t)
+
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`hearth_chat_completions_total{finish_reason="length",stream="true"} 1`,
+		`hearth_completion_tokens_total 8`,
+		`hearth_time_to_first_token_seconds_count 1`,
+		`hearth_runtime_up 1`,
+		`hearth_build_info{`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	check := exec.Command("promtool", "check", "metrics")
+	check.Stdin = strings.NewReader(string(body))
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+
+	pub, err := http.Get(h.root + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Body.Close()
+	if pub.StatusCode != 404 {
+		t.Fatalf("public port serves /metrics: %d", pub.StatusCode)
+	}
+
+	prom := promtest.Start(t, addr)
+	prom.WaitFor(t, `up`, func(v float64) bool { return v == 1 }, 30*time.Second)
+	prom.WaitFor(t, `hearth_time_to_first_token_seconds_count`, func(v float64) bool { return v > 0 }, 30*time.Second)
+}
