@@ -11,7 +11,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run test unit fuzz lint bench ollama clean
+.PHONY: all build run test unit fuzz lint bench deb ollama clean
 
 all: build
 
@@ -47,6 +47,10 @@ fuzz:
 
 bench:
 	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) run ./cmd/hearth-bench
+
+# hearth_<version>_amd64.deb (binaries, units, conffiles) with nfpm.
+deb:
+	packaging/build-deb.sh $(VERSION) dist
 
 clean:
 	rm -rf bin dist

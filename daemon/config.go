@@ -90,6 +90,9 @@ type Config struct {
 	// keys are not managed.
 	SSHUser            string
 	AuthorizedKeysFile string
+	// DesiredStateFile, without a control plane, is a local JSON file of
+	// firewall rules and SSH keys to enforce (standalone mode).
+	DesiredStateFile string
 
 	// LogLevel is debug, info, warn or error.
 	LogLevel string

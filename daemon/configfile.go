@@ -75,6 +75,7 @@ type fileConfig struct {
 
 	SSHUser            any `toml:"ssh_user"`
 	AuthorizedKeysFile any `toml:"authorized_keys_file"`
+	DesiredStateFile   any `toml:"desired_state_file"`
 
 	LogLevel any `toml:"log_level"`
 }

@@ -113,6 +113,7 @@ node_storage = 2000
 firewall = true
 ssh_user = "customer"
 authorized_keys_file = "/home/customer/.ssh/authorized_keys"
+desired_state_file = "/etc/hearth/desired.json"
 log_level = "debug"
 `
 
@@ -153,6 +154,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		Firewall:           true,
 		SSHUser:            "customer",
 		AuthorizedKeysFile: "/home/customer/.ssh/authorized_keys",
+		DesiredStateFile:   "/etc/hearth/desired.json",
 		LogLevel:           "debug",
 	}
 	if !reflect.DeepEqual(cfg, want) {

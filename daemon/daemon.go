@@ -20,6 +20,7 @@ import (
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/runtime/ollama"
 	"github.com/hearthd/hearth/store"
+	"github.com/hearthd/hearth/systemd"
 )
 
 // Run serves until ctx ends, then drains and stops. Start-up order: state,
@@ -27,9 +28,22 @@ import (
 // configured); the deployment API listener, which answers /healthz at once
 // and 503 until the model is present and loaded; then ready.
 func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) error {
+	return RunWith(ctx, cfg, version, log, systemd.SdNotifier{})
+}
+
+// RunWith is Run reporting to systemd through n: STATUS= lines as start-up
+// proceeds, READY=1 once state is loaded, rules applied and the model warm,
+// watchdog pings while the API answers, STOPPING=1 on shutdown.
+func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, n systemd.Notifier) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	status := func(s string) {
+		if err := n.Status(s); err != nil {
+			log.Debug("sd_notify", "err", err)
+		}
+	}
+	status("loading state")
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("create state dir: %w", err)
 	}
@@ -120,10 +134,17 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 		}
 		go certs.Run(bg, 0)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	// A listener passed by systemd (hearthd.socket) when there is one.
+	socks, err := systemd.PassedSockets()
+	if err != nil {
+		return fmt.Errorf("socket activation: %w", err)
+	}
+	ln, activated, err := socks.Listen("api", cfg.Listen)
+	socks.Close()
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	probeAddr := ln.Addr().String()
 	scheme := "http"
 	if certs != nil {
 		ln, scheme = tls.NewListener(ln, certs.TLSConfig()), "https"
@@ -131,30 +152,45 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 	srv := api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model)
+	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model, "socket_activated", activated)
+	go func() {
+		if err := systemd.Watchdog(bg, n, healthProbe(scheme, probeAddr), log); err != nil {
+			log.Error("watchdog stopped", "err", err)
+		}
+	}()
 
-	if cfg.ControlURL != "" {
+	// Host enforcement: from the control plane, or a local file (standalone).
+	var enforced func() bool
+	if cfg.ControlURL != "" || cfg.DesiredStateFile != "" {
 		fw, runFW, sshKeys, err := enforcers(ctx, cfg, log)
 		if err != nil {
 			return err
 		}
+		registerEnforcementMetrics(m, fw, sshKeys)
 		go func() {
 			if err := runFW(bg); err != nil {
 				log.Error("firewall drift repair stopped", "err", err)
 			}
 		}()
-		registerEnforcementMetrics(m, fw, sshKeys)
-		agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
-		agentDone := make(chan struct{})
+		var run func(context.Context) error
+		if cfg.ControlURL != "" {
+			agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
+			run, enforced = agent.Run, func() bool { return agentEnforced(agent) }
+		} else {
+			sa := NewStandaloneAgent(cfg.DesiredStateFile, fw, sshKeys, log)
+			run, enforced = sa.Run, func() bool { st := sa.Status(); return st.SHA256 != "" && st.FirewallError == "" && st.SSHKeysError == "" }
+		}
+		enfDone := make(chan struct{})
 		go func() {
-			defer close(agentDone)
-			if err := agent.Run(bg); err != nil {
-				log.Error("node agent stopped", "err", err)
+			defer close(enfDone)
+			if err := run(bg); err != nil {
+				log.Error("enforcement stopped", "err", err)
 			}
 		}()
-		defer func() { stopBG(); <-agentDone }()
+		defer func() { stopBG(); <-enfDone }()
 	}
 
+	status("loading model " + cfg.Model)
 	warmErr := make(chan error, 1)
 	go func() { warmErr <- warmUp(ctx, rt, cfg, m, log) }()
 
@@ -168,6 +204,14 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 				continue
 			}
 			api.SetWarm(true)
+			if enforced != nil {
+				status("applying firewall rules and SSH keys")
+				waitEnforced(ctx, enforced, 30*time.Second, log)
+			}
+			if err := n.Ready(); err != nil {
+				log.Warn("sd_notify READY", "err", err)
+			}
+			status("serving " + cfg.Model)
 			log.Info("ready", "model", cfg.Model, "url", scheme+"://"+ln.Addr().String()+apiPrefix)
 			continue
 		case err := <-serveErr:
@@ -177,6 +221,8 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 		break
 	}
 
+	_ = n.Stopping()
+	status("draining in-flight requests")
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
 	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -251,4 +297,63 @@ func metricsMux(m *metrics.Node) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// healthProbe makes a real request to the API's own listener, so the
+// watchdog is fed only while the server actually answers.
+func healthProbe(scheme, addr string) func(context.Context) error {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	url := scheme + "://" + net.JoinHostPort(host, port) + "/healthz"
+	client := &http.Client{Transport: &http.Transport{
+		// Liveness only: the certificate is for the public name, not loopback.
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probing our own listener
+		DisableKeepAlives: true,
+	}}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("health probe: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("health probe: status %d", resp.StatusCode)
+		}
+		return nil
+	}
+}
+
+// waitEnforced holds READY=1 until the desired state has been applied once,
+// or until timeout: a control plane that is away at first boot must not keep
+// the deployment down.
+func waitEnforced(ctx context.Context, enforced func() bool, timeout time.Duration, log *slog.Logger) {
+	deadline := time.Now().Add(timeout)
+	for !enforced() {
+		if time.Now().After(deadline) {
+			log.Warn("desired state not applied yet; reporting ready anyway", "waited", timeout)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// agentEnforced reports whether the node agent has applied its desired
+// state (firewall and keys) at least once.
+func agentEnforced(a *NodeAgent) bool {
+	d, ok := a.Desired()
+	if !ok {
+		return false
+	}
+	o := a.Observed()
+	return o.FirewallRevision >= d.Revision && o.SSHKeysRevision >= d.Revision && o.FirewallError == "" && o.SSHKeysError == ""
 }

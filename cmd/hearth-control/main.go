@@ -18,12 +18,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/store"
+	"github.com/hearthd/hearth/systemd"
 )
 
 var version = "dev"
@@ -94,8 +98,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	rateBurst := fs.Int("rate-burst", 40, "token bucket size per API token")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	metricsListen := fs.String("metrics-listen", metrics.DefaultControlAddr, "Prometheus metrics address (\"\" disables)")
+	configPath := fs.String("config", "", "TOML config file; its keys are the flag names with _ for - (flags win)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *configPath != "" {
+		if err := applyConfigFile(fs, *configPath); err != nil {
+			return err
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -157,6 +167,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { errc <- adm.Serve(aln) }()
 	go func() { errc <- srv.Run(ctx) }()
 	logger.Info("control plane serving", "listen", ln.Addr().String(), "admin_socket", sock, "version", version)
+	notifier := systemd.SdNotifier{}
+	_ = notifier.Ready()
+	_ = notifier.Status("serving the management API on " + ln.Addr().String())
+	go func() {
+		probe := controlProbe("http://" + probeAddr(ln.Addr()) + "/v1/openapi.json")
+		if err := systemd.Watchdog(ctx, notifier, probe, logger); err != nil {
+			logger.Error("watchdog stopped", "err", err)
+		}
+	}()
 
 	var serveErr error
 	select {
@@ -254,5 +273,63 @@ func offline(cmd, stateDir, name string, uses int, ttl time.Duration, out any) e
 		nodes, err := control.ListNodes(st)
 		*out.(*[]control.NodeInfo) = nodes
 		return err
+	}
+}
+
+// applyConfigFile sets every flag not given on the command line from the
+// TOML file at path, whose keys are the flag names with "_" for "-". An
+// unknown key is an error naming it.
+func applyConfigFile(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var kv map[string]any
+	if err := toml.Unmarshal(data, &kv); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for key, v := range kv {
+		name := strings.ReplaceAll(key, "_", "-")
+		if fs.Lookup(name) == nil || name == "config" {
+			return fmt.Errorf("config file %s: unknown key %q", path, key)
+		}
+		if given[name] {
+			continue
+		}
+		if err := fs.Set(name, fmt.Sprint(v)); err != nil {
+			return fmt.Errorf("config %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// probeAddr is a dialable form of a listener's address.
+func probeAddr(a net.Addr) string {
+	host, port, _ := net.SplitHostPort(a.String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// controlProbe feeds the systemd watchdog only while the API answers.
+func controlProbe(url string) func(context.Context) error {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("health probe: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("health probe: status %d", resp.StatusCode)
+		}
+		return nil
 	}
 }

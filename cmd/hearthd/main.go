@@ -116,6 +116,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.BoolVar(&cfg.Firewall, "firewall", false, "enforce firewall rules with nftables on this host")
 	fs.StringVar(&cfg.SSHUser, "ssh-user", "", "manage this user's ~/.ssh/authorized_keys")
 	fs.StringVar(&cfg.AuthorizedKeysFile, "authorized-keys-file", "", "manage this authorized_keys file instead")
+	fs.StringVar(&cfg.DesiredStateFile, "desired-state-file", "", "standalone: enforce firewall rules and SSH keys from this JSON file")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
