@@ -178,7 +178,10 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 			run, enforced = agent.Run, func() bool { return agentEnforced(agent) }
 		} else {
 			sa := NewStandaloneAgent(cfg.DesiredStateFile, fw, sshKeys, log)
-			run, enforced = sa.Run, func() bool { st := sa.Status(); return st.SHA256 != "" && st.FirewallError == "" && st.SSHKeysError == "" }
+			run, enforced = sa.Run, func() bool {
+				st := sa.Status()
+				return st.SHA256 != "" && st.FirewallError == "" && st.SSHKeysError == ""
+			}
 		}
 		enfDone := make(chan struct{})
 		go func() {
