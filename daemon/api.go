@@ -221,6 +221,13 @@ func (a *API) handleModels(ctx *fasthttp.RequestCtx, id string) {
 
 func (a *API) handleReady(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("application/json")
+	if a.draining.Load() {
+		// Out of the load balancer's pool at once while in-flight streams
+		// finish.
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetBodyString(`{"ready":false,"reason":"shutting down"}`)
+		return
+	}
 	if !a.warm.Load() {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetBodyString(`{"ready":false,"reason":"model is loading"}`)

@@ -684,4 +684,12 @@ func TestDrainFinishesInFlightStreams(t *testing.T) {
 		t.Fatalf("new request while draining: %d", r.StatusCode)
 	}
 	errorOf(t, r)
+	rz, err := http.Get(ta.root + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rz.Body.Close()
+	if rz.StatusCode != 503 {
+		t.Fatalf("readyz while draining: %d", rz.StatusCode)
+	}
 }

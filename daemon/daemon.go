@@ -144,7 +144,7 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	probeAddr := ln.Addr().String()
+	probeAddr := systemd.LoopbackAddr(ln.Addr())
 	scheme := "http"
 	if certs != nil {
 		ln, scheme = tls.NewListener(ln, certs.TLSConfig()), "https"
@@ -154,7 +154,7 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model, "socket_activated", activated)
 	go func() {
-		if err := systemd.Watchdog(bg, n, healthProbe(scheme, probeAddr), log); err != nil {
+		if err := systemd.Watchdog(bg, n, systemd.HTTPProbe(scheme+"://"+probeAddr+"/healthz"), log); err != nil {
 			log.Error("watchdog stopped", "err", err)
 		}
 	}()
@@ -300,36 +300,6 @@ func metricsMux(m *metrics.Node) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
-}
-
-// healthProbe makes a real request to the API's own listener, so the
-// watchdog is fed only while the server actually answers.
-func healthProbe(scheme, addr string) func(context.Context) error {
-	host, port, _ := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	url := scheme + "://" + net.JoinHostPort(host, port) + "/healthz"
-	client := &http.Client{Transport: &http.Transport{
-		// Liveness only: the certificate is for the public name, not loopback.
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probing our own listener
-		DisableKeepAlives: true,
-	}}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("health probe: %w", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("health probe: status %d", resp.StatusCode)
-		}
-		return nil
-	}
 }
 
 // waitEnforced holds READY=1 until the desired state has been applied once,

@@ -52,7 +52,7 @@ cp "$repo"/systemd/hearthd.service "$repo"/systemd/hearthd.socket \
 	"$repo"/systemd/hearth.tmpfiles "$stage/systemd/"
 cp "$repo/packaging/hearthd.toml" "$repo/packaging/control.toml" "$stage/etc/"
 cp "$repo/packaging/scripts/postinst" "$repo/packaging/scripts/prerm" "$repo/packaging/scripts/postrm" "$stage/scripts/"
-cp "$repo/packaging/copyright" "$stage/doc/"
+cp "$repo/packaging/copyright" "$repo/packaging/grafana-dashboard.json" "$stage/doc/"
 date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
 sed -e "s/@VERSION@/$version/g" -e "s/@DATE@/$date/" "$repo/packaging/changelog.in" | gzip -9n >"$stage/doc/changelog.gz"
 for m in hearthd hearth-control; do

@@ -205,7 +205,7 @@ func TestDebPackage(t *testing.T) {
 			t.Errorf("installed %s differs from systemd/%s", u, u)
 		}
 	}
-	for _, f := range []string{"usr/lib/tmpfiles.d/hearth.conf", "usr/share/doc/hearth/copyright",
+	for _, f := range []string{"usr/lib/tmpfiles.d/hearth.conf", "usr/share/doc/hearth/copyright", "usr/share/doc/hearth/grafana-dashboard.json",
 		"usr/share/doc/hearth/changelog.gz", "usr/share/man/man8/hearthd.8.gz", "usr/share/man/man8/hearth-control.8.gz"} {
 		if m := mode(t, at(f)); !m.IsRegular() || m.Perm() != 0o644 {
 			t.Errorf("%s: mode %v, want a 0644 file", f, m)

@@ -2,8 +2,11 @@ package systemd
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -80,4 +83,44 @@ func WatchdogEvery(ctx context.Context, n Notifier, timeout time.Duration, probe
 		case <-tick.C:
 		}
 	}
+}
+
+// HTTPProbe returns a watchdog probe that GETs url and wants 200, so the
+// watchdog is fed only while the service really answers requests. Each
+// probe uses a fresh connection: a wedged accept loop must fail it. TLS
+// certificates are not verified: the probe checks liveness of our own
+// listener on loopback, whose certificate names the public host.
+func HTTPProbe(url string) func(context.Context) error {
+	client := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // liveness of our own listener
+		DisableKeepAlives: true,
+	}}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("health probe: %w", err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("health probe: %w", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("health probe: %s answered %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+}
+
+// LoopbackAddr turns a listener's address into one the probe can dial: an
+// unspecified host (0.0.0.0, ::) becomes 127.0.0.1.
+func LoopbackAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -171,7 +171,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	_ = notifier.Ready()
 	_ = notifier.Status("serving the management API on " + ln.Addr().String())
 	go func() {
-		probe := controlProbe("http://" + probeAddr(ln.Addr()) + "/v1/openapi.json")
+		probe := systemd.HTTPProbe("http://" + systemd.LoopbackAddr(ln.Addr()) + "/v1/openapi.json")
 		if err := systemd.Watchdog(ctx, notifier, probe, logger); err != nil {
 			logger.Error("watchdog stopped", "err", err)
 		}
@@ -303,33 +303,4 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		}
 	}
 	return nil
-}
-
-// probeAddr is a dialable form of a listener's address.
-func probeAddr(a net.Addr) string {
-	host, port, _ := net.SplitHostPort(a.String())
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// controlProbe feeds the systemd watchdog only while the API answers.
-func controlProbe(url string) func(context.Context) error {
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("health probe: %w", err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("health probe: status %d", resp.StatusCode)
-		}
-		return nil
-	}
 }
