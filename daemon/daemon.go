@@ -18,6 +18,7 @@ import (
 
 	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/metrics"
+	"github.com/hearthd/hearth/runtime"
 	"github.com/hearthd/hearth/runtime/ollama"
 	"github.com/hearthd/hearth/store"
 	"github.com/hearthd/hearth/systemd"
@@ -86,6 +87,9 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 
+	// rewarm asks for the model to be loaded again: a restarted runtime
+	// starts empty, and /readyz stays false until the model is back.
+	rewarm := make(chan struct{}, 1)
 	if cfg.OllamaStart {
 		sup, err := supervisor(cfg, log)
 		if err != nil {
@@ -94,6 +98,10 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 		sup.OnExit = func(err error) {
 			m.RuntimeRestarted()
 			log.Warn("model runtime exited; restarting", "err", err)
+			select {
+			case rewarm <- struct{}{}:
+			default:
+			}
 		}
 		supDone := make(chan struct{})
 		go func() { defer close(supDone); _ = sup.Run(bg) }()
@@ -197,7 +205,9 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 	warmErr := make(chan error, 1)
 	go func() { warmErr <- warmUp(ctx, rt, cfg, m, log) }()
 
+	go watchRuntime(bg, rt, rewarm)
 	warmCh := warmErr
+	ready := false
 	for {
 		select {
 		case err := <-warmCh:
@@ -206,6 +216,12 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 				log.Error("model did not load", "err", err)
 				continue
 			}
+			if ready {
+				status("serving " + cfg.Model)
+				log.Info("model loaded again", "model", cfg.Model)
+				continue
+			}
+			ready = true
 			api.SetWarm(true)
 			if enforced != nil {
 				status("applying firewall rules and SSH keys")
@@ -216,6 +232,14 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 			}
 			status("serving " + cfg.Model)
 			log.Info("ready", "model", cfg.Model, "url", scheme+"://"+ln.Addr().String()+apiPrefix)
+			continue
+		case <-rewarm:
+			if warmCh == nil && ready {
+				status("reloading model " + cfg.Model)
+				ch := make(chan error, 1)
+				go func() { ch <- warmUp(ctx, rt, cfg, m, log) }()
+				warmCh = ch
+			}
 			continue
 		case err := <-serveErr:
 			return fmt.Errorf("deployment API stopped: %w", err)
@@ -300,6 +324,30 @@ func metricsMux(m *metrics.Node) http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// watchRuntime asks for a re-warm whenever the runtime stops reporting the
+// model loaded (restarted outside hearthd, or the model evicted), checking
+// every few seconds.
+func watchRuntime(ctx context.Context, rt runtime.Runtime, rewarm chan<- struct{}) {
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := rt.Ready(rctx)
+		cancel()
+		if err != nil {
+			select {
+			case rewarm <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // waitEnforced holds READY=1 until the desired state has been applied once,
