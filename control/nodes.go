@@ -260,7 +260,7 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m := s.begin()
-	n.Observed, n.LastSeen = &o, now
+	n.Observed, n.ObservedAt, n.LastSeen = &o, now, now
 	if err := s.applyObserved(m, &n, o, now); err != nil {
 		m.discard()
 		s.nodeInternal(w, err)

@@ -92,6 +92,7 @@ type nodeRec struct {
 	ServerID       string            `json:"server_id,omitempty"`
 	Revision       uint64            `json:"revision"`
 	Observed       *nodeapi.Observed `json:"observed,omitempty"`
+	ObservedAt     time.Time         `json:"observed_at,omitzero"`
 	LastSeen       time.Time         `json:"last_seen"`
 	CreatedAt      time.Time         `json:"created_at"`
 }

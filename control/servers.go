@@ -47,6 +47,9 @@ type serverJSON struct {
 	IP            *string  `json:"ip"`
 	CreatedAt     string   `json:"created_at"`
 	UpdatedAt     string   `json:"updated_at"`
+	// Enforcement is set in management API answers (not in the node's
+	// desired state, which only borrows the deployment URL).
+	Enforcement *enforcementJSON `json:"enforcement,omitempty"`
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
@@ -197,7 +200,9 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, err
 	}
 	m.wake[node.ID] = true
-	return result{status: http.StatusCreated, body: s.serverJSON(rec, true)}, nil
+	out := s.serverJSON(rec, true)
+	out.Enforcement = enforcement(rec, node)
+	return result{status: http.StatusCreated, body: out}, nil
 }
 
 // pickNode finds the free node that fits with the least hardware to spare,
@@ -249,7 +254,8 @@ func (s *Server) listServers(r *http.Request, rc *reqCtx) (result, error) {
 		if status != "" && rec.Status != status {
 			return nil, false, nil
 		}
-		return s.serverJSON(rec, false), true, nil
+		out, err := s.withEnforcement(s.serverJSON(rec, false), rec)
+		return out, err == nil, err
 	})
 	if err != nil {
 		return result{}, err
@@ -276,7 +282,11 @@ func (s *Server) getServer(r *http.Request, rc *reqCtx) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	return result{status: http.StatusOK, body: s.serverJSON(rec, true)}, nil
+	out, err := s.withEnforcement(s.serverJSON(rec, true), rec)
+	if err != nil {
+		return result{}, err
+	}
+	return result{status: http.StatusOK, body: out}, nil
 }
 
 // deleteServer answers 204 at once and marks the server deleting; the

@@ -49,6 +49,10 @@ type NodeConfig struct {
 	// ReportInterval is how often health is re-checked, failed applies are
 	// retried and the observed state is re-posted. Default 10 s.
 	ReportInterval time.Duration
+	// HealthRecheck is how often health is re-checked while the last report
+	// said unhealthy, so the server turns running as soon as the model is
+	// loaded rather than up to a ReportInterval later. Default 1 s.
+	HealthRecheck time.Duration
 	// MinBackoff and MaxBackoff bound the exponential, jittered retry delay
 	// while the control plane is away. Defaults 500 ms and 30 s.
 	MinBackoff, MaxBackoff time.Duration
@@ -87,6 +91,9 @@ func NewNodeAgent(cfg NodeConfig, fw firewall.Firewall, keys sshkeys.Keys, healt
 	}
 	if cfg.ReportInterval <= 0 {
 		cfg.ReportInterval = 10 * time.Second
+	}
+	if cfg.HealthRecheck <= 0 {
+		cfg.HealthRecheck = min(time.Second, cfg.ReportInterval)
 	}
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 500 * time.Millisecond
@@ -294,30 +301,44 @@ func (a *NodeAgent) apply(ctx context.Context, d nodeapi.Desired, persist bool) 
 }
 
 // reporter posts the observed state after every apply and every
-// ReportInterval, re-checking health and retrying failed applies.
+// ReportInterval, re-checking health. While the runtime is reported
+// unhealthy it also reports as soon as it recovers, and while an apply has
+// failed it retries it with backoff (MinBackoff to MaxBackoff), so a
+// transient failure heals in about a second.
 func (a *NodeAgent) reporter(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.ReportInterval)
 	defer tick.Stop()
-	bo := a.newBackoff()
-	var retry <-chan time.Time
+	bo, applyBo := a.newBackoff(), a.newBackoff()
+	var retry, recheck, reapply <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.report:
 		case <-retry:
-		case <-tick.C:
-			a.mu.Lock()
-			failed := a.desired != nil && (a.obs.FirewallError != "" || a.obs.SSHKeysError != "")
-			d := a.desired
-			a.mu.Unlock()
-			if failed {
-				a.apply(ctx, *d, false)
-				<-a.report // apply signalled the report we are about to send
+		case <-recheck:
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := a.health(hctx)
+			cancel()
+			if err != nil {
+				recheck = time.After(a.cfg.HealthRecheck)
+				continue
 			}
+		case <-reapply:
+			a.reapplyFailed(ctx)
+		case <-tick.C:
+			a.reapplyFailed(ctx)
 		}
-		retry = nil
+		retry, recheck, reapply = nil, nil, nil
 		o := a.observe(ctx)
+		if !o.RuntimeHealthy {
+			recheck = time.After(a.cfg.HealthRecheck)
+		}
+		if o.FirewallError != "" || o.SSHKeysError != "" {
+			reapply = time.After(applyBo.next())
+		} else {
+			applyBo.reset()
+		}
 		if err := a.client.ReportObserved(ctx, o); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -328,6 +349,19 @@ func (a *NodeAgent) reporter(ctx context.Context) {
 			continue
 		}
 		bo.reset()
+	}
+}
+
+// reapplyFailed applies the current desired state again if its last apply
+// failed.
+func (a *NodeAgent) reapplyFailed(ctx context.Context) {
+	a.mu.Lock()
+	failed := a.desired != nil && (a.obs.FirewallError != "" || a.obs.SSHKeysError != "")
+	d := a.desired
+	a.mu.Unlock()
+	if failed {
+		a.apply(ctx, *d, false)
+		<-a.report // apply signalled the report about to be sent
 	}
 }
 

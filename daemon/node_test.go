@@ -175,7 +175,10 @@ func startAgent(t *testing.T, cfg daemon.NodeConfig, healthy *atomic.Bool) *agen
 		}
 		return nil
 	}
-	cfg.ReportInterval, cfg.MinBackoff, cfg.MaxBackoff = 50*time.Millisecond, 10*time.Millisecond, 200*time.Millisecond
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = 50 * time.Millisecond
+	}
+	cfg.MinBackoff, cfg.MaxBackoff = 10*time.Millisecond, 200*time.Millisecond
 	r.agent = daemon.NewNodeAgent(cfg, r.fw, r.keys, health, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -285,6 +288,53 @@ func TestNodeAgentReportsApplyErrors(t *testing.T) {
 	// Once the firewall works again the agent retries on its own.
 	run.fw.FailWith(nil)
 	waitFor(t, 5*time.Second, "running after retry", func() bool { return ctl.serverStatus(srv.ID) == "running" })
+}
+
+// A runtime that becomes healthy is reported at once, not a whole report
+// interval later: the server turns running as soon as the model is loaded.
+func TestNodeAgentReportsRecoveredHealthPromptly(t *testing.T) {
+	ctl := startCtl(t)
+	healthy := &atomic.Bool{}
+	dir := t.TempDir()
+	cfg := daemon.NodeConfig{ControlURL: ctl.url(), EnrollmentToken: ctl.enrollmentToken(), Hostname: "n1",
+		Hardware: nodeapi.Hardware{Chip: "m4", RAM: 64, Storage: 1000}, CredentialPath: filepath.Join(dir, "node.cred"),
+		ReportInterval: time.Hour, HealthRecheck: 20 * time.Millisecond}
+	run := startAgent(t, cfg, healthy)
+	var srv struct{ ID string }
+	waitFor(t, 5*time.Second, "server created", func() bool {
+		return ctl.api("POST", "/v1/servers", map[string]any{"name": "web", "chip": "m4", "ram": 32, "storage": 100,
+			"stack": "bare", "billing": "monthly"}, &srv) == 201
+	})
+	waitFor(t, 5*time.Second, "desired state applied", func() bool { _, ok := run.fw.Rules(); return ok })
+	time.Sleep(100 * time.Millisecond)
+	if s := ctl.serverStatus(srv.ID); s != "provisioning" {
+		t.Fatalf("status %q with an unhealthy runtime", s)
+	}
+	healthy.Store(true)
+	// Far less than ReportInterval (an hour).
+	waitFor(t, 5*time.Second, "running once healthy", func() bool { return ctl.serverStatus(srv.ID) == "running" })
+}
+
+// A failed apply is retried with backoff, not only every report interval.
+func TestNodeAgentRetriesFailedApplyPromptly(t *testing.T) {
+	ctl := startCtl(t)
+	dir := t.TempDir()
+	cfg := daemon.NodeConfig{ControlURL: ctl.url(), EnrollmentToken: ctl.enrollmentToken(), Hostname: "n1",
+		Hardware: nodeapi.Hardware{Chip: "m4", RAM: 64, Storage: 1000}, CredentialPath: filepath.Join(dir, "node.cred"),
+		ReportInterval: time.Hour}
+	run := startAgent(t, cfg, nil)
+	run.keys.SetErr(errors.New("authorized_keys: read-only file system"))
+	var srv struct{ ID string }
+	waitFor(t, 5*time.Second, "server created", func() bool {
+		return ctl.api("POST", "/v1/servers", map[string]any{"name": "web", "chip": "m4", "ram": 32, "storage": 100,
+			"stack": "bare", "billing": "monthly"}, &srv) == 201
+	})
+	waitFor(t, 5*time.Second, "several failed syncs", func() bool { _, failures := run.keys.Syncs(); return failures >= 3 })
+	if s := ctl.serverStatus(srv.ID); s != "provisioning" {
+		t.Fatalf("status %q while keys fail", s)
+	}
+	run.keys.SetErr(nil)
+	waitFor(t, 5*time.Second, "running after a prompt retry", func() bool { return ctl.serverStatus(srv.ID) == "running" })
 }
 
 func TestNodeAgentKeepsStateWhileControlPlaneIsAway(t *testing.T) {

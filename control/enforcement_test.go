@@ -1,0 +1,158 @@
+package control_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/nodeapi"
+)
+
+type enforcementView struct {
+	Status      string `json:"status"`
+	Enforcement struct {
+		DesiredRevision uint64 `json:"desired_revision"`
+		Firewall        struct {
+			Status          string  `json:"status"`
+			AppliedRevision *uint64 `json:"applied_revision"`
+			Error           *string `json:"error"`
+		} `json:"firewall"`
+		SSHKeys struct {
+			Status          string  `json:"status"`
+			AppliedRevision *uint64 `json:"applied_revision"`
+			Error           *string `json:"error"`
+		} `json:"ssh_keys"`
+		Runtime struct {
+			Healthy bool    `json:"healthy"`
+			Error   *string `json:"error"`
+		} `json:"runtime"`
+		ReportedAt *string `json:"reported_at"`
+	} `json:"enforcement"`
+}
+
+func (e *env) enforcementOf(t *testing.T, id string) enforcementView {
+	t.Helper()
+	var v enforcementView
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	return v
+}
+
+func str(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
+}
+
+func rev(p *uint64) int64 {
+	if p == nil {
+		return -1
+	}
+	return int64(*p)
+}
+
+// TestServerShowsEnforcement checks that what a node reports about applying
+// the firewall and SSH keys is visible on the server, errors included, and
+// that the server becomes running only once both are applied.
+func TestServerShowsEnforcement(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.enroll(hwM4)
+	pub, _ := newKey(t, "ed25519")
+	kid := idOf(t, e.req("POST", "/v1/ssh-keys", map[string]any{"name": "me", "public_key": pub}).must(t, 201))
+	var created enforcementView
+	a := e.req("POST", "/v1/servers", serverBody("enf", func(m map[string]any) { m["ssh_key_ids"] = []string{kid} })).must(t, 201)
+	a.decode(t, &created)
+	id := idOf(t, a)
+	if c := created.Enforcement; c.Firewall.Status != "pending" || c.SSHKeys.Status != "pending" || c.DesiredRevision == 0 ||
+		c.Firewall.AppliedRevision != nil || c.ReportedAt != nil || c.Runtime.Healthy {
+		t.Fatalf("created: %s", a.body)
+	}
+
+	ctx := context.Background()
+	d, _, err := n.client.Desired(ctx, 0, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Revision != created.Enforcement.DesiredRevision {
+		t.Fatalf("desired revision %d, server shows %d", d.Revision, created.Enforcement.DesiredRevision)
+	}
+	report := func(o nodeapi.Observed) {
+		t.Helper()
+		if err := n.client.ReportObserved(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Firewall applied, keys failed: visible, and not running.
+	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, SSHKeysError: "write authorized_keys: disk full"})
+	v := e.enforcementOf(t, id)
+	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "applied" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
+		v.Enforcement.Firewall.Error != nil || v.Enforcement.SSHKeys.Status != "failed" ||
+		str(v.Enforcement.SSHKeys.Error) != "write authorized_keys: disk full" || v.Enforcement.SSHKeys.AppliedRevision != nil || v.Enforcement.ReportedAt == nil {
+		t.Fatalf("keys failed: %+v", v)
+	}
+	if _, err := time.Parse(time.RFC3339, *v.Enforcement.ReportedAt); err != nil {
+		t.Fatalf("reported_at %q", *v.Enforcement.ReportedAt)
+	}
+	// Keys applied, firewall failed: still not running.
+	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallError: "nft: permission denied", SSHKeysRevision: d.Revision})
+	v = e.enforcementOf(t, id)
+	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "failed" || str(v.Enforcement.Firewall.Error) != "nft: permission denied" ||
+		v.Enforcement.SSHKeys.Status != "applied" {
+		t.Fatalf("firewall failed: %+v", v)
+	}
+	// Both applied but the runtime is down: not running, and it says why.
+	report(nodeapi.Observed{Revision: d.Revision, RuntimeError: "connection refused", FirewallRevision: d.Revision, SSHKeysRevision: d.Revision})
+	v = e.enforcementOf(t, id)
+	if v.Status != "provisioning" || v.Enforcement.Runtime.Healthy || str(v.Enforcement.Runtime.Error) != "connection refused" {
+		t.Fatalf("runtime down: %+v", v)
+	}
+	// Everything applied: running.
+	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, SSHKeysRevision: d.Revision})
+	v = e.enforcementOf(t, id)
+	if v.Status != "running" || v.Enforcement.Firewall.Status != "applied" || v.Enforcement.SSHKeys.Status != "applied" ||
+		!v.Enforcement.Runtime.Healthy || v.Enforcement.Runtime.Error != nil {
+		t.Fatalf("converged: %+v", v)
+	}
+
+	// A new rule: a new desired revision, pending until reported; a failed
+	// apply of it shows the error next to the revision still in force.
+	e.req("POST", "/v1/servers/"+id+"/firewall-rules", map[string]any{"direction": "inbound", "protocol": "tcp",
+		"port_range": "22", "action": "allow"}).must(t, 201)
+	v = e.enforcementOf(t, id)
+	if v.Enforcement.DesiredRevision <= d.Revision || v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" {
+		t.Fatalf("after a new rule: %+v", v)
+	}
+	d2, _, err := n.client.Desired(ctx, d.Revision, time.Second)
+	if err != nil || d2.Revision != v.Enforcement.DesiredRevision {
+		t.Fatalf("desired %+v %v", d2, err)
+	}
+	report(nodeapi.Observed{Revision: d2.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, FirewallError: "nft: table busy", SSHKeysRevision: d2.Revision})
+	v = e.enforcementOf(t, id)
+	if v.Status != "running" || v.Enforcement.Firewall.Status != "failed" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
+		str(v.Enforcement.Firewall.Error) != "nft: table busy" || v.Enforcement.SSHKeys.Status != "applied" {
+		t.Fatalf("rule failed: %+v", v)
+	}
+	// Lists carry it too.
+	var list struct{ Data []enforcementView }
+	e.req("GET", "/v1/servers", nil).must(t, 200).decode(t, &list)
+	if len(list.Data) != 1 || list.Data[0].Enforcement.Firewall.Status != "failed" {
+		t.Fatalf("list %+v", list.Data)
+	}
+
+	// The next tenant of the node does not inherit this server's reports.
+	e.req("DELETE", "/v1/servers/"+id, nil).must(t, 204)
+	wd, _, err := n.client.Desired(ctx, d2.Revision, time.Second)
+	if err != nil || !wd.Wipe {
+		t.Fatalf("wipe %+v %v", wd, err)
+	}
+	report(nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true, FirewallRevision: wd.Revision, SSHKeysRevision: wd.Revision, Wiped: true})
+	report(nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true, FirewallRevision: wd.Revision, SSHKeysRevision: wd.Revision,
+		SSHKeysError: "left over from the previous tenant", Wiped: true})
+	next := idOf(t, e.req("POST", "/v1/servers", serverBody("enf-next")).must(t, 201))
+	v = e.enforcementOf(t, next)
+	if v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" || v.Enforcement.SSHKeys.Error != nil ||
+		v.Enforcement.Firewall.AppliedRevision != nil || v.Enforcement.ReportedAt != nil {
+		t.Fatalf("new tenant: %+v", v)
+	}
+}
