@@ -39,12 +39,18 @@ type HearthdOptions struct {
 
 // Hearthd is a running hearthd process.
 type Hearthd struct {
-	URL     string // base URL, e.g. http://127.0.0.1:41235
-	PID     int
-	Started time.Time // when the process was started
-	Ready   time.Time // when /readyz first answered 200
-	cmd     *exec.Cmd
-	exited  chan error
+	URL string // base URL, e.g. http://127.0.0.1:41235
+	// MetricsURL is its private metrics listener, which also serves
+	// /debug/pprof/.
+	MetricsURL string
+	PID        int
+	Started    time.Time // when the process was started
+	Ready      time.Time // when /readyz first answered 200
+	cmd        *exec.Cmd
+	exited     chan error
+	// done is closed when the process has exited, with exitErr set.
+	done    chan struct{}
+	exitErr error
 
 	stopOnce sync.Once
 	stopErr  error
@@ -85,10 +91,16 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A port of its own: the default metrics port may be taken by another
+	// hearthd on the machine.
+	maddr, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 2 * time.Minute
 	}
-	args := []string{"serve", "--listen", addr, "--state-dir", o.StateDir, "--model", o.Model,
+	args := []string{"serve", "--listen", addr, "--metrics-listen", maddr, "--state-dir", o.StateDir, "--model", o.Model,
 		"--ollama-url", o.OllamaURL, "--log-level", "warn"}
 	if o.MaxConcurrent > 0 {
 		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
@@ -103,13 +115,18 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 	cmd.Stdout = o.Log
 	cmd.Stderr = o.Log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	h := &Hearthd{URL: "http://" + addr, cmd: cmd, exited: make(chan error, 1)}
+	h := &Hearthd{URL: "http://" + addr, MetricsURL: "http://" + maddr, cmd: cmd, exited: make(chan error, 1), done: make(chan struct{})}
 	h.Started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start hearthd: %w", err)
 	}
 	h.PID = cmd.Process.Pid
-	go func() { h.exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		h.exitErr = err
+		close(h.done)
+		h.exited <- err
+	}()
 	if err := waitReady(ctx, h.URL+"/readyz", o.ReadyTimeout, h.exited); err != nil {
 		_ = h.Stop()
 		return nil, fmt.Errorf("hearthd not ready: %w", err)
@@ -148,21 +165,31 @@ func waitReady(ctx context.Context, url string, timeout time.Duration, exited <-
 	}
 }
 
+// Exited reports whether the process has ended (by itself or by Stop).
+func (h *Hearthd) Exited() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop sends SIGTERM, waits up to 10 s, then kills. Calling it again
 // returns the first call's result.
 func (h *Hearthd) Stop() error {
 	h.stopOnce.Do(func() {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-h.exited:
+		case <-h.done:
 			var exit *exec.ExitError
-			if err != nil && !errors.As(err, &exit) {
+			if err := h.exitErr; err != nil && !errors.As(err, &exit) {
 				h.stopErr = fmt.Errorf("wait for hearthd: %w", err)
 			}
 		case <-time.After(10 * time.Second):
 			slog.Warn("hearthd did not stop on SIGTERM; killing", "pid", h.PID)
 			_ = h.cmd.Process.Kill()
-			<-h.exited
+			<-h.done
 			h.stopErr = errors.New("hearthd did not stop within 10s of SIGTERM")
 		}
 	})

@@ -84,7 +84,10 @@ type Suite struct {
 	MaxStreams int
 	// Verify decodes every chunk fully (slow; for tests).
 	Verify bool
-	Log    *slog.Logger
+	// ProfileDir, if set, receives hearthd's CPU, heap and goroutine
+	// profiles for every scenario, taken during its through side.
+	ProfileDir string
+	Log        *slog.Logger
 
 	key      string
 	stateDir string
@@ -155,7 +158,16 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 		return res, fmt.Errorf("%s direct: %w", sc.Name, err)
 	}
 	lc.Target, lc.Key = h.URL+"/api/v1", s.key
+	var profiled func() error
+	if s.ProfileDir != "" {
+		profiled = profileHearthd(ctx, h.MetricsURL, s.ProfileDir, sc)
+	}
 	through, err := MeasureSide(ctx, lc, s.MockPID, h.PID)
+	if profiled != nil {
+		if perr := profiled(); perr != nil {
+			s.Log.Warn("profile hearthd", "scenario", sc.Name, "err", perr)
+		}
+	}
 	if err != nil {
 		return res, fmt.Errorf("%s through hearthd: %w", sc.Name, err)
 	}

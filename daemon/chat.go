@@ -243,8 +243,9 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 	bp := c.api.bufs.Get().(*[]byte)
 	buf := enc.AppendRole((*bp)[:0])
 	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
+	now := time.Now()
 	send := func() bool {
-		armDeadline(time.Now())
+		armDeadline(now)
 		if _, err := w.Write(buf); err != nil {
 			return false
 		}
@@ -257,6 +258,7 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 	toolIndex := 0
 	for {
 		ev, err := c.stream.Recv()
+		now = time.Now() // one clock read per event, for metrics and the write deadline
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -273,7 +275,7 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 		}
 		if ev.Content != "" {
 			buf = enc.AppendContent(buf, ev.Content)
-			c.token(time.Now())
+			c.token(now)
 		}
 		if len(ev.ToolCalls) > 0 {
 			buf = enc.AppendToolCalls(buf, ev.ToolCalls, toolIndex)

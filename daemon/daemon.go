@@ -80,7 +80,7 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 			return fmt.Errorf("config metrics-listen: %w", err)
 		}
 		go func() {
-			if err := metrics.ServeListener(bg, mln, metricsMux(m), log); err != nil {
+			if err := metrics.ServeMux(bg, mln, metricsMux(m), log); err != nil {
 				log.Error("metrics listener stopped", "err", err)
 			}
 		}()
@@ -113,6 +113,7 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 		BaseURL:          cfg.OllamaURL,
 		Model:            cfg.Model,
 		FirstByteTimeout: cfg.RuntimeTimeout,
+		MaxConns:         cfg.MaxConcurrent + cfg.MaxQueue,
 		Logger:           log,
 	})
 	if err != nil {
@@ -152,6 +153,8 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	ln = newRetryListener(ln, log)
+	checkFileLimit(cfg, log)
 	probeAddr := systemd.LoopbackAddr(ln.Addr())
 	scheme := "http"
 	if certs != nil {
@@ -183,6 +186,7 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 		var run func(context.Context) error
 		if cfg.ControlURL != "" {
 			agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
+			m.RegisterControlSync(agent.LastSync)
 			run, enforced = agent.Run, func() bool { return agentEnforced(agent) }
 		} else {
 			sa := NewStandaloneAgent(cfg.DesiredStateFile, fw, sshKeys, log)
@@ -315,9 +319,8 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 
 // metricsMux serves /metrics and, on the same private listener, the Go
 // profiler: the listener is loopback by default and never the public port.
-func metricsMux(m *metrics.Node) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
+func metricsMux(m *metrics.Node) *http.ServeMux {
+	mux := metrics.Mux(m.Handler())
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hearthd/hearth/firewall"
@@ -78,6 +79,18 @@ type NodeAgent struct {
 	obs     nodeapi.Observed
 
 	report chan struct{} // wakes the reporter; buffered 1
+
+	lastSync atomic.Int64 // unix nanoseconds of the last answer from the control plane
+}
+
+// LastSync is when the control plane last answered a desired-state poll
+// (zero before the first answer); metrics report the lag since then.
+func (a *NodeAgent) LastSync() time.Time {
+	ns := a.lastSync.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // NewNodeAgent builds an agent. health reports whether the model runtime is
@@ -234,6 +247,7 @@ func (a *NodeAgent) poll(ctx context.Context) {
 			continue
 		}
 		bo.reset()
+		a.lastSync.Store(time.Now().UnixNano())
 		if changed {
 			a.apply(ctx, d, true)
 		}

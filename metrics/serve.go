@@ -25,15 +25,27 @@ func Serve(ctx context.Context, addr string, h http.Handler, logger *slog.Logger
 // ServeListener is Serve on a listener the caller opened (for socket
 // activation or a test's free port). It closes ln.
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	return ServeMux(ctx, ln, Mux(h), logger)
+}
+
+// Mux routes GET /metrics to h and serves a small index page at /. Callers
+// may add private routes (hearthd adds /debug/pprof/) before ServeMux.
+func Mux(h http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<html><head><title>hearth metrics</title></head><body><a href="/metrics">Metrics</a></body></html>`)
 	})
+	return mux
+}
+
+// ServeMux serves mux on ln until ctx is cancelled, then shuts down
+// gracefully. It closes ln.
+func ServeMux(ctx context.Context, ln net.Listener, mux *http.ServeMux, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	srv := &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -123,7 +123,10 @@ func runLoad(ctx context.Context, args []string) error {
 }
 
 // scenarios are the suite's load shapes; scale multiplies their durations.
-func scenarios(scale float64, only string) []bench.Scenario {
+// noFile is the open-file limit hearthd inherits: every stream holds two
+// descriptors in hearthd (client and runtime connection), so the largest
+// scenario is cut to what fits (its load column shows the real count).
+func scenarios(scale float64, only string, noFile uint64) []bench.Scenario {
 	d := func(s float64) time.Duration { return time.Duration(s * scale * float64(time.Second)) }
 	paced := func(tps float64) bench.MockConfig {
 		return bench.MockConfig{TPS: tps, TTFT: 5 * time.Millisecond}
@@ -133,7 +136,7 @@ func scenarios(scale float64, only string) []bench.Scenario {
 		{Name: "c1", Concurrency: 1, Duration: d(10), Tokens: 16, Mock: paced(200)},
 		{Name: "c100", Concurrency: 100, Duration: d(8), Ramp: d(0.5), Tokens: 32, Mock: paced(100)},
 		{Name: "c1000", Concurrency: 1000, Duration: d(12), Ramp: d(2), Tokens: 16, Mock: paced(10)},
-		{Name: "c10000", Concurrency: 10000, Duration: d(20), Ramp: d(5), Tokens: 8, Mock: paced(1)},
+		{Name: "c10000", Concurrency: maxStreams(10000, noFile), Duration: d(20), Ramp: d(5), Tokens: 8, Mock: paced(1)},
 		{Name: "open200", Concurrency: 5000, Rate: 200, Duration: d(8), Tokens: 32, Mock: paced(100)},
 		// Max throughput: the mock writes as fast as it can.
 		{Name: "max-c16", Concurrency: 16, Duration: d(6), Tokens: 1000, Mock: bench.MockConfig{}},
@@ -165,11 +168,18 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	coldRuns := fs.Int("cold-runs", 5, "hearthd restarts for the first-request measurement")
 	hearthdArgs := fs.String("hearthd-args", "", "extra space-separated `hearthd serve` arguments (e.g. a CPU profile flag)")
 	hearthdLog := fs.String("hearthd-log", "", "file for hearthd's and Ollama's output (default: discarded)")
+	profile := fs.String("profile", "", "directory for hearthd's CPU, heap and goroutine profiles per scenario (from its /debug/pprof/)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if lim, err := bench.RaiseNoFile(1 << 17); err != nil {
-		log.Warn("open-file limit", "limit", lim, "err", err)
+	if *profile != "" {
+		if err := os.MkdirAll(*profile, 0o755); err != nil {
+			return fmt.Errorf("profile dir: %w", err)
+		}
+	}
+	noFile, err := bench.RaiseNoFile(1 << 17)
+	if err != nil {
+		log.Warn("open-file limit", "limit", noFile, "err", err)
 	}
 	work, err := os.MkdirTemp("", "hearth-bench-")
 	if err != nil {
@@ -200,7 +210,8 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	defer stopMock()
 	s := &bench.Suite{HearthdBin: *hearthd, MockURL: mockURL, MockPID: mockPID, Model: "bench",
-		WorkDir: work, HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs)}
+		WorkDir: work, HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs),
+		ProfileDir: *profile}
 	if err := s.Setup(ctx); err != nil {
 		return err
 	}
@@ -210,9 +221,20 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	defer func() { _ = h.Stop() }()
 	best := 0.0
-	for _, sc := range scenarios(*scale, *only) {
+	for _, sc := range scenarios(*scale, *only, noFile) {
 		log.Info("scenario", "name", sc.Name)
 		r, err := s.RunScenario(ctx, h, sc)
+		if err != nil && h.Exited() {
+			// A crash is a result, not the end of the run: note it and
+			// go on with a fresh hearthd.
+			note := fmt.Sprintf("hearthd exited during %s: %v (see --hearthd-log)", sc.Name, err)
+			log.Error("hearthd exited", "scenario", sc.Name, "err", err)
+			rep.Notes = append(rep.Notes, note)
+			if h, err = s.StartHearthd(ctx); err != nil {
+				return fmt.Errorf("restart hearthd: %w", err)
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -265,6 +287,19 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	fmt.Print(rep.Markdown())
 	log.Info("wrote results", "path", path)
 	return nil
+}
+
+// maxStreams is n, or fewer if hearthd's open-file limit (two descriptors
+// per stream, a reserve for listeners, state and probes) cannot hold n.
+func maxStreams(n int, noFile uint64) int {
+	const reserve = 400
+	if noFile == 0 || noFile > uint64(2*n+reserve) {
+		return n
+	}
+	if noFile <= reserve {
+		return 1
+	}
+	return max(int(noFile-reserve)/2, 1)
 }
 
 // startMockProcess runs this binary's mock subcommand as a child, so its CPU

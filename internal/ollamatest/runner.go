@@ -12,7 +12,12 @@ import (
 // there are. A runner that generates burns CPU steadily; one that stopped
 // burns none, so tests use the difference to prove a generation ended.
 func (i *Instance) RunnerCPUTicks() (ticks int64, runners int) {
-	parent := i.PID()
+	return RunnerCPUTicks(i.PID())
+}
+
+// RunnerCPUTicks is Instance.RunnerCPUTicks for the runners of any
+// `ollama serve` process, by its pid.
+func RunnerCPUTicks(parent int) (ticks int64, runners int) {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range stats {
 		data, err := os.ReadFile(p)

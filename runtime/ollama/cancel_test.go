@@ -1,51 +1,20 @@
 package ollama
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/runtime"
 )
 
-// runnerTicks returns the CPU time, in clock ticks, used so far by the model
-// runners (`ollama runner` children) of the ollama serve with pid parent.
+// runnerTicks is the model runners' CPU time so far; see
+// ollamatest.RunnerCPUTicks.
 func runnerTicks(t *testing.T, parent int) (ticks int64, runners int) {
 	t.Helper()
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, p := range stats {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// Fields after "(comm)": state ppid ... utime(14) stime(15).
-		i := bytes.LastIndexByte(data, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(data[i+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(string(f[1]))
-		if ppid != parent {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline"))
-		if !bytes.Contains(cmdline, []byte("runner")) {
-			continue
-		}
-		utime, _ := strconv.ParseInt(string(f[11]), 10, 64)
-		stime, _ := strconv.ParseInt(string(f[12]), 10, 64)
-		ticks += utime + stime
-		runners++
-	}
-	return ticks, runners
+	return ollamatest.RunnerCPUTicks(parent)
 }
 
 // TestRealCancelStopsGeneration proves that stopping a stream stops the

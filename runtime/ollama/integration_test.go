@@ -1,6 +1,7 @@
 package ollama
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -336,5 +337,47 @@ func TestRealFormatJSONIsAccepted(t *testing.T) {
 	defer s.Close()
 	if r := collect(s); r.err != nil || !r.final.Done {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// TestRealTokenLinesTakeFastPath guards the fast path against a change in
+// Ollama's output: every token line of a real answer must be one the fast
+// path decodes, the same as encoding/json.
+func TestRealTokenLinesTakeFastPath(t *testing.T) {
+	inst := ollama.Get(t)
+	b := realBackend(t, inst)
+	body, err := b.chatBody(&runtime.Request{
+		Messages: userSays("write some <html> & \"quotes\"\nplease"),
+		Options:  runtime.Options{MaxTokens: ptr(64), Seed: ptr(int64(3))},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(inst.URL+"/api/chat", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	tokens := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		var l chatLine
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		if l.Done {
+			break
+		}
+		if !checkFastLine(t, line) {
+			t.Fatalf("token line %q does not take the fast path", line)
+		}
+		tokens++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tokens < 32 {
+		t.Fatalf("only %d token lines", tokens)
 	}
 }

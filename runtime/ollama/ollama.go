@@ -5,11 +5,13 @@
 // official client, github.com/ollama/ollama/api. Chat sends an
 // api.ChatRequest but reads the stream itself: api.Client.Chat turns a 400
 // answer into an error without its status code (so a bad request could not be
-// told apart from a broken runtime) and decodes every line twice, where one
-// json.Decoder over the answer allocates nothing per token but its text.
+// told apart from a broken runtime) and decodes every line twice, where
+// reading the lines in place allocates nothing per token but its text (see
+// stream.go).
 package ollama
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -19,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,7 +48,17 @@ type Config struct {
 	FirstByteTimeout time.Duration
 	// Logger receives progress of model pulls and creation. Nil discards.
 	Logger *slog.Logger
+	// MaxConns is how many chat streams can run at once (the daemon's
+	// admission limit, queue included). The default transport keeps that
+	// many idle connections to Ollama, so no stream has to dial one once
+	// the deployment has been that busy. Zero means DefaultMaxConns. It
+	// does not apply to HTTPClient.
+	MaxConns int
 }
+
+// DefaultMaxConns is the idle connection pool size when Config.MaxConns is
+// not set.
+const DefaultMaxConns = 256
 
 // ModelSource says where the model comes from if Ollama does not have it.
 type ModelSource struct {
@@ -87,13 +100,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// Every concurrent stream holds a connection to the one local
-		// host; keep them for reuse instead of redialling.
-		tr.MaxIdleConnsPerHost = 256
-		// Ollama is local; proxies from the environment do not apply.
-		tr.Proxy = nil
-		hc = &http.Client{Transport: tr}
+		hc = &http.Client{Transport: loopbackTransport(cfg.MaxConns)}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -108,6 +115,39 @@ func New(cfg Config) (*Backend, error) {
 		api:     api.NewClient(u, hc),
 		log:     log,
 	}, nil
+}
+
+// loopbackTransport is an HTTP transport for an Ollama on the same host.
+func loopbackTransport(maxConns int) *http.Transport {
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Ollama is local; proxies from the environment do not apply.
+	tr.Proxy = nil
+	tr.DialContext = (&net.Dialer{
+		// A loopback connect either succeeds at once or is refused;
+		// waiting long only hides a runtime that is down.
+		Timeout: 5 * time.Second,
+		// The kernel resets loopback connections of a process that dies,
+		// so keepalive probes would find nothing; skip their timers.
+		KeepAlive: -1,
+	}).DialContext
+	// Every stream holds a connection for as long as it runs. Keep as
+	// many idle ones as streams may run at once: a smaller pool closes the
+	// connections of streams beyond it after each answer, and the next
+	// request dials again (a TIME_WAIT socket per request under load).
+	// Connections are not capped here: the daemon's admission control is
+	// the limit, and a cap would add a second, silent queue.
+	tr.MaxIdleConns = maxConns
+	tr.MaxIdleConnsPerHost = maxConns
+	// Compression over loopback costs CPU per token and saves nothing.
+	tr.DisableCompression = true
+	// The write buffer lives as long as the connection but only carries
+	// request headers and bodies, once per request; a small one saves
+	// memory per stream (a larger body is written past it).
+	tr.WriteBufferSize = 1 << 10
+	return tr
 }
 
 // unreachable wraps a transport failure.
@@ -304,7 +344,7 @@ func (b *Backend) Chat(ctx context.Context, req *runtime.Request) (runtime.Strea
 		return fail(b.unreachable(err))
 	}
 	s.body = resp.Body
-	s.dec = json.NewDecoder(resp.Body)
+	s.br = bufio.NewReaderSize(resp.Body, lineBufSize)
 	if resp.StatusCode != http.StatusOK {
 		return fail(b.statusError(resp))
 	}

@@ -1,8 +1,11 @@
 package ollama
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,18 +15,18 @@ import (
 	"github.com/hearthd/hearth/runtime"
 )
 
-// stream reads Ollama's NDJSON answer in the caller's goroutine: one JSON
-// decode per token (allocating only the token's text), no goroutine or
-// channel in between.
+// stream reads Ollama's NDJSON answer in the caller's goroutine, no
+// goroutine or channel in between. Lines are read from a bufio.Reader in
+// place; the common token line is decoded by fastTokenLine, which allocates
+// only the token's text, and every other line by encoding/json.
 type stream struct {
 	b      *Backend
 	ctx    context.Context // the request's; its cause says why it ended
 	cancel context.CancelCauseFunc
 	body   io.ReadCloser
-	// One decoder for the whole answer: it keeps its buffer and scanner
-	// state between lines, which a json.Unmarshal per line would allocate.
-	dec  *json.Decoder
-	line chatLine // reused for every line
+	br     *bufio.Reader
+	long   []byte   // assembles a line longer than br's buffer
+	line   chatLine // the last line read, reused for every line
 
 	// Events decoded from one line, waiting to be returned. A line yields
 	// at most two: its content or tool calls, and the final event.
@@ -36,6 +39,12 @@ type stream struct {
 
 	closeOnce sync.Once
 }
+
+// lineBufSize is the stream's read buffer, held by every running stream.
+// A token line is ~130 bytes, so a burst of a dozen tokens fits and is
+// relayed with one write (see Buffered); a longer line (tool calls) is
+// assembled in stream.long. The transport's own read buffer sits below it.
+const lineBufSize = 2 << 10
 
 // chatLine is the part of api.ChatResponse the stream needs. Decoding into
 // it skips the timestamps and the lower-casing api.Message does per token,
@@ -62,10 +71,100 @@ type streamError struct{ msg string }
 
 func (e *streamError) Error() string { return "model runtime error: " + e.msg }
 
-// next decodes the next line of the answer into s.line.
+// next reads the next non-blank line into s.line.
 func (s *stream) next() error {
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			return err
+		}
+		if err := s.parse(line); err != errBlank {
+			return err
+		}
+	}
+}
+
+// errBlank marks a line holding only whitespace, which NDJSON allows.
+var errBlank = errors.New("blank line")
+
+// parse decodes one line into s.line.
+func (s *stream) parse(line []byte) error {
 	s.line = chatLine{}
-	return s.dec.Decode(&s.line)
+	if content, ok := fastTokenLine(line); ok {
+		s.line.Message.Content = content
+		return nil
+	}
+	if isBlank(line) {
+		return errBlank
+	}
+	return json.Unmarshal(line, &s.line)
+}
+
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// readLine returns the next line, '\n' included, valid until the next read.
+func (s *stream) readLine() ([]byte, error) {
+	line, err := s.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		s.long = append(s.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = s.br.ReadSlice('\n')
+			s.long = append(s.long, line...)
+		}
+		line = s.long
+		if cap(s.long) > 64<<10 {
+			s.long = nil // a rare huge line: do not keep its buffer
+		}
+	}
+	switch {
+	case err == nil:
+		return line, nil
+	case err == io.EOF && len(line) > 0 && !isBlank(line):
+		// The answer ended without a newline: the line stands if it
+		// is whole, otherwise the stream was cut in the middle of it.
+		if json.Valid(line) {
+			return line, nil
+		}
+		return nil, io.ErrUnexpectedEOF
+	}
+	return nil, err
+}
+
+var _ runtime.Buffered = (*stream)(nil)
+
+// Buffered implements runtime.Buffered: it reports whether Recv will
+// return an event without waiting on the runtime. Lines already complete
+// in the read buffer are decoded ahead until one yields an event, so a
+// line without one (empty content) cannot make the caller hold back what
+// it has while Recv then waits on the network.
+func (s *stream) Buffered() bool {
+	for s.n == 0 && s.err == nil && !s.done {
+		buf, _ := s.br.Peek(s.br.Buffered()) // never reads: n <= Buffered
+		if bytes.IndexByte(buf, '\n') < 0 {
+			return false
+		}
+		line, err := s.br.ReadSlice('\n') // a whole line is buffered: no read
+		if err == nil {
+			err = s.parse(line)
+		}
+		switch {
+		case err == errBlank:
+		case err != nil:
+			s.fail(s.readError(err))
+		default:
+			if err := s.decode(&s.line); err != nil {
+				s.fail(err)
+			}
+		}
+	}
+	return s.n > 0
 }
 
 // decode queues the events of one line.

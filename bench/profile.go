@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// profileWindow is when, within a side's load, hearthd's CPU profile is
+// taken: after the ramp (streams all running), ending before the load stops
+// starting requests.
+func profileWindow(sc Scenario) (wait time.Duration, seconds int) {
+	wait = sc.Ramp + 500*time.Millisecond
+	seconds = int((sc.Duration - wait - 500*time.Millisecond) / time.Second)
+	return wait, min(max(seconds, 1), 10)
+}
+
+// profileHearthd takes a CPU profile of hearthd from its metrics listener
+// while a scenario runs, then heap and goroutine snapshots (still under
+// load), and writes them to dir as <scenario>.cpu.pprof etc. The returned
+// function waits for it and reports what failed.
+func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) func() error {
+	done := make(chan error, 1)
+	go func() {
+		wait, secs := profileWindow(sc)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			done <- ctx.Err()
+			return
+		}
+		get := func(path, file string) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+path, nil)
+			if err != nil {
+				return fmt.Errorf("profile request: %w", err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return fmt.Errorf("get %s: %w", path, err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("get %s: status %s", path, resp.Status)
+			}
+			f, err := os.Create(filepath.Join(dir, sc.Name+"."+file))
+			if err != nil {
+				return fmt.Errorf("profile file: %w", err)
+			}
+			if _, err := io.Copy(f, resp.Body); err != nil {
+				f.Close()
+				return fmt.Errorf("save %s: %w", path, err)
+			}
+			return f.Close()
+		}
+		err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof")
+		if err == nil {
+			err = get("/debug/pprof/heap", "heap.pprof")
+		}
+		if err == nil {
+			err = get("/debug/pprof/goroutine", "goroutine.pprof")
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}

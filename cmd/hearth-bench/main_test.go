@@ -1,0 +1,29 @@
+package main
+
+import "testing"
+
+func TestMaxStreamsFitsOpenFileLimit(t *testing.T) {
+	for _, c := range []struct {
+		n      int
+		noFile uint64
+		want   int
+	}{
+		{10000, 1 << 17, 10000},
+		{10000, 0, 10000}, // unknown limit: as asked
+		{10000, 20000, 9800},
+		{10000, 500, 50},
+		{10000, 100, 1},
+	} {
+		if got := maxStreams(c.n, c.noFile); got != c.want {
+			t.Errorf("maxStreams(%d, %d) = %d, want %d", c.n, c.noFile, got, c.want)
+		}
+	}
+	for _, sc := range scenarios(1, "c10000", 20000) {
+		if sc.Concurrency != 9800 || 2*sc.Concurrency+400 > 20000 {
+			t.Fatalf("c10000 under a 20000 limit: %d streams", sc.Concurrency)
+		}
+	}
+	if got := scenarios(1, "c1,max-c16", 20000); len(got) != 2 {
+		t.Fatalf("selected %d scenarios, want 2", len(got))
+	}
+}
