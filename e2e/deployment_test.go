@@ -2,179 +2,20 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
-	"github.com/hearthd/hearth/runtime/tinymodel"
 )
-
-// hearthd is one running `hearthd serve` process.
-type hearthd struct {
-	t        *testing.T
-	bin      string
-	stateDir string
-	root     string // http://host:port
-	url      string // deployment URL (…/api/v1)
-	secret   string // an API key issued before start
-	cmd      *exec.Cmd
-	mu       sync.Mutex
-	log      bytes.Buffer
-	exited   chan struct{}
-}
-
-var (
-	listenRe = regexp.MustCompile(`msg="deployment API listening" addr=(\S+)`)
-	keyRe    = regexp.MustCompile(`hearth_live_[A-Za-z0-9]+`)
-)
-
-// startHearthd issues a key through the CLI (no daemon yet: straight into
-// the state), starts hearthd with extra flags and waits until it is ready.
-func startHearthd(t *testing.T, wantReady bool, args ...string) *hearthd {
-	t.Helper()
-	h := &hearthd{t: t, bin: binary(t, "hearthd"), stateDir: t.TempDir(), exited: make(chan struct{})}
-	h.secret = h.createKey("e2e")
-	full := append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--state-dir", h.stateDir, "--log-level", "debug"}, args...)
-	h.cmd = exec.Command(h.bin, full...)
-	stderr, err := h.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := h.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			h.mu.Lock()
-			h.log.WriteString(line + "\n")
-			h.mu.Unlock()
-			if m := listenRe.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
-			}
-		}
-	}()
-	go func() { _ = h.cmd.Wait(); close(h.exited) }()
-	t.Cleanup(func() {
-		h.stop()
-		if t.Failed() {
-			t.Logf("hearthd log:\n%s", h.logs())
-		}
-	})
-	select {
-	case a := <-addr:
-		h.root = "http://" + a
-		h.url = h.root + "/api/v1"
-	case <-h.exited:
-		t.Fatalf("hearthd exited at start:\n%s", h.logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("hearthd did not listen:\n%s", h.logs())
-	}
-	if wantReady {
-		h.waitReady(120 * time.Second)
-	}
-	return h
-}
-
-func (h *hearthd) logs() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.log.String()
-}
-
-func (h *hearthd) waitReady(d time.Duration) {
-	h.t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(h.root + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	h.t.Fatalf("hearthd not ready after %v:\n%s", d, h.logs())
-}
-
-func (h *hearthd) stop() {
-	if h.cmd.Process == nil {
-		return
-	}
-	_ = h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-h.exited:
-	case <-time.After(15 * time.Second):
-		_ = h.cmd.Process.Kill()
-		<-h.exited
-	}
-}
-
-// keysCLI runs `hearthd keys …` against this node's state directory.
-func (h *hearthd) keysCLI(args ...string) string {
-	h.t.Helper()
-	full := append([]string{"keys"}, args...)
-	full = append(full, "--state-dir", h.stateDir)
-	out, err := exec.Command(h.bin, full...).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			h.t.Fatalf("hearthd %v: %v\n%s", full, err, ee.Stderr)
-		}
-		h.t.Fatalf("hearthd %v: %v", full, err)
-	}
-	return string(out)
-}
-
-func (h *hearthd) createKey(name string) string {
-	h.t.Helper()
-	out := h.keysCLI("create", "--name", name)
-	key := keyRe.FindString(out)
-	if key == "" {
-		h.t.Fatalf("no key in %q", out)
-	}
-	return key
-}
-
-func (h *hearthd) client(key string) openai.Client {
-	return openai.NewClient(option.WithBaseURL(h.url), option.WithAPIKey(key), option.WithMaxRetries(0))
-}
-
-// attached starts hearthd attached to the shared Ollama.
-func attached(t *testing.T) (*hearthd, *ollamatest.Instance) {
-	inst := shared.ollama.Get(t)
-	return startHearthd(t, true, "--model", inst.Model, "--ollama-url", inst.URL), inst
-}
-
-func userParams(model, prompt string, maxTokens int64) openai.ChatCompletionNewParams {
-	return openai.ChatCompletionNewParams{
-		Model:     model,
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
-		MaxTokens: openai.Int(maxTokens),
-	}
-}
 
 func TestSDKNonStreamAndStream(t *testing.T) {
 	h, inst := attached(t)
@@ -343,13 +184,9 @@ func TestKeysCLIWhileRunning(t *testing.T) {
 // CPU.
 func TestDisconnectStopsRuntime(t *testing.T) {
 	h, inst := attached(t)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(h.root, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := dialRaw(t, h.root)
 	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"go on"}]}`, inst.Model)
-	fmt.Fprintf(conn, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		h.secret, len(body), body)
+	rawPost(conn, "/api/v1/chat/completions", h.secret, len(body), body)
 	br := bufio.NewReader(conn)
 	for n := 0; n < 5; {
 		line, err := br.ReadString('\n')
@@ -390,7 +227,7 @@ func TestDisconnectStopsRuntime(t *testing.T) {
 // Runtime gone → chat 503 with a clear message, /readyz false, /healthz true.
 func TestRuntimeUnreachable(t *testing.T) {
 	inst := ollamatest.Start(t) // a private one: this test kills it
-	h := startHearthd(t, true, "--model", inst.Model, "--ollama-url", inst.URL)
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL}})
 	c := h.client(h.secret)
 	if _, err := c.Chat.Completions.New(context.Background(), userParams(inst.Model, "hi", 4)); err != nil {
 		t.Fatal(err)
@@ -421,24 +258,11 @@ func TestSupervisedRuntimeFromGGUF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	gguf := filepath.Join(dir, "tiny.gguf")
-	f, err := os.Create(gguf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tinymodel.Write(f, tinymodel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	tmpl := filepath.Join(dir, "tiny.template")
-	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gguf, tmpl := tinyModelFiles(t)
 	port := freePort(t)
-	h := startHearthd(t, true, "--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_predict=12", "--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", bin,
-		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", port), "--ollama-models-dir", filepath.Join(dir, "models"))
+		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", port), "--ollama-models-dir", filepath.Join(t.TempDir(), "models")}})
 	c := h.client(h.secret)
 	resp, err := c.Chat.Completions.New(context.Background(), userParams("e2e-tiny", "hi", 8))
 	if err != nil {
@@ -459,14 +283,4 @@ func TestSupervisedRuntimeFromGGUF(t *testing.T) {
 	if !strings.Contains(h.logs(), "model loaded") {
 		t.Fatal("no model load logged before ready")
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

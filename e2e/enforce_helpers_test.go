@@ -4,9 +4,6 @@ package e2e
 // namespaces, hearthd inside a namespace, and the server's enforcement view.
 
 import (
-	"bufio"
-	"bytes"
-	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -121,38 +118,6 @@ func addUser(t *testing.T, home string) *user.User {
 	return u
 }
 
-// newSigner returns a fresh ed25519 key and its authorized_keys line.
-func newSigner(t *testing.T) (ssh.Signer, string) {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey())))
-}
-
-// syncBuffer collects a child's output for the failure log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // sshServer is a private sshd on a loopback port.
 type sshServer struct {
 	addr    string
@@ -198,40 +163,16 @@ LogLevel VERBOSE
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	cmd := exec.Command("/usr/sbin/sshd", "-D", "-e", "-f", conf)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("sshd (apt-get install openssh-server): %v", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("sshd log:\n%s", logs.String())
-		}
-	})
 	s := &sshServer{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), hostKey: hostPub, user: u}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", s.addr, time.Second)
-		if err == nil {
-			c.Close()
-			return s
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("sshd exited: %v\n%s", err, logs.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd not listening on %s: %v", s.addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	startProc(t, "sshd", procSpec{argv: []string{"/usr/sbin/sshd", "-D", "-e", "-f", conf},
+		ready: []probe{{what: "listener on " + s.addr, within: 15 * time.Second, check: func(*proc) error {
+			c, err := net.DialTimeout("tcp", s.addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}}}})
+	return s
 }
 
 // login logs in with key and runs `id -u`, which must be the user's uid.
@@ -277,10 +218,11 @@ func (s *sshServer) expectLogin(t *testing.T, step, name string, key ssh.Signer,
 }
 
 // inNS runs f on an OS thread that has joined the named network namespace;
-// sockets f creates live in that namespace for good. The thread returns to
-// its own namespace afterwards rather than being discarded: a child process
-// started with Pdeathsig (the control plane, hearthd, sshd) is signalled
-// when the thread that started it exits, and any thread may have.
+// sockets f creates live in that namespace for good. f must not start child
+// processes (startProc does, from threads of its own). The thread returns
+// to its own namespace and is unlocked afterwards rather than discarded: a
+// child started with Pdeathsig is signalled when the thread that started
+// it exits, and code outside these helpers may start one from any thread.
 func inNS(ns string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
@@ -316,14 +258,9 @@ func inNS(ns string, f func() error) error {
 	return <-errc
 }
 
-func runCmd(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
+// netnsExec is the command prefix that runs a program inside ns. ip execs
+// the program in place, so the process started is the program itself.
+func netnsExec(ns string) []string { return []string{"ip", "netns", "exec", ns} }
 
 // netPair is a server and a client namespace joined by a veth pair. The
 // client side has two addresses: the client's own, and the one the control
@@ -550,93 +487,3 @@ func reach(ns, proto string, src netip.Addr, dst netip.AddrPort) error {
 		return nil
 	})
 }
-
-// nsProcess is hearthd running inside a network namespace through
-// `ip netns exec`. The test talks to it only through the control plane and
-// the traffic it lets through, as a customer would.
-type nsProcess struct {
-	cmd     *exec.Cmd
-	log     syncBuffer
-	exited  chan struct{}
-	waitErr error // set before exited is closed
-}
-
-func startHearthdInNS(t *testing.T, ns string, args ...string) *nsProcess {
-	t.Helper()
-	p := &nsProcess{exited: make(chan struct{})}
-	full := append([]string{"netns", "exec", ns, binary(t, "hearthd"), "serve", "--listen", "127.0.0.1:0",
-		"--state-dir", t.TempDir(), "--log-level", "debug"}, args...)
-	// ip execs hearthd in place, so the process is hearthd itself.
-	p.cmd = exec.Command("ip", full...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	listening := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		once := sync.Once{}
-		for sc.Scan() {
-			line := sc.Text()
-			_, _ = p.log.Write([]byte(line + "\n"))
-			if listenRe.MatchString(line) {
-				once.Do(func() { close(listening) })
-			}
-		}
-	}()
-	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-			if t.Failed() {
-				t.Logf("hearthd had exited before the test ended: %v", p.waitErr)
-			}
-		default:
-		}
-		p.stop()
-		if t.Failed() {
-			t.Logf("hearthd (in netns %s) log:\n%s", ns, p.log.String())
-		}
-	})
-	select {
-	case <-listening:
-	case <-p.exited:
-		t.Fatalf("hearthd exited at start:\n%s", p.log.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("hearthd did not listen:\n%s", p.log.String())
-	}
-	return p
-}
-
-func (p *nsProcess) stop() {
-	if p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// waitLog waits until hearthd has logged a line containing substr after
-// the first `after` bytes of its log, and returns the log's length.
-func (p *nsProcess) waitLog(t *testing.T, after int, substr string, within time.Duration) int {
-	t.Helper()
-	var n int
-	eventually(t, within, "hearthd to log "+strconv.Quote(substr), func() bool {
-		l := p.log.String()
-		n = len(l)
-		return strings.Contains(l[min(after, len(l)):], substr)
-	})
-	return n
-}
-
-func (p *nsProcess) logLen() int { return len(p.log.String()) }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
-	"github.com/hearthd/hearth/runtime/tinymodel"
 )
 
 // TestSSHKeysThroughTheAPI: a key added through the management API logs in
@@ -61,9 +61,9 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	ctl := startControl(t)
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
 	inst := shared.ollama.Get(t)
-	startHearthd(t, true, "--model", inst.Model, "--ollama-url", inst.URL,
+	startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL,
 		"--control-url", ctl.url, "--enrollment-token", enroll,
-		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--ssh-user", u.Username)
+		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--ssh-user", u.Username}})
 	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	sshd.expectLogin(t, "before any key", "hand-added", humanKey, true)
@@ -186,21 +186,16 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 	proxy := proxyFromNS(t, pair.client, nsControlIP, strings.TrimPrefix(ctl.url, "http://"))
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
 
-	dir := t.TempDir()
-	gguf := filepath.Join(dir, "tiny.gguf")
-	if err := tinymodel.WriteFile(gguf, tinymodel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	tmpl := filepath.Join(dir, "tiny.template")
-	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The namespace has its own loopback: any port is free there.
-	startHearthdInNS(t, pair.server, "--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
+	gguf, tmpl := tinyModelFiles(t)
+	// The namespace has its own loopback: any port is free there. The
+	// test reaches the node only through the control plane and the
+	// traffic it lets through, as a customer would.
+	startHearthd(t, hearthdOpts{prefix: netnsExec(pair.server), stateDir: t.TempDir(), args: []string{
+		"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", ollamaBin,
-		"--ollama-url", "http://127.0.0.1:11434", "--ollama-models-dir", filepath.Join(dir, "models"),
-		"--control-url", "http://"+proxy.addr, "--enrollment-token", enroll,
-		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--firewall")
+		"--ollama-url", "http://127.0.0.1:11434", "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
+		"--control-url", "http://" + proxy.addr, "--enrollment-token", enroll,
+		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--firewall"}})
 	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	var srv serverView
@@ -356,13 +351,13 @@ func TestStandaloneFirewallFromFile(t *testing.T) {
 
 	// No runtime answers in the namespace: enforcement does not wait for
 	// the model.
-	h := startHearthdInNS(t, pair.server, "--model", "e2e-tiny", "--ollama-url", "http://127.0.0.1:1",
-		"--desired-state-file", file, "--firewall")
+	h := startHearthd(t, hearthdOpts{prefix: netnsExec(pair.server), stateDir: t.TempDir(), args: []string{
+		"--model", "e2e-tiny", "--ollama-url", "http://127.0.0.1:1", "--desired-state-file", file, "--firewall"}})
 	eventually(t, 15*time.Second, "the file's rules in force", func() bool { return passes(web) && !passes(admin) })
 
 	mark := h.logLen()
 	write(`{"firewall_rules": [{"direction": "inbound", "protocol": "tcp", "port_range": "0", "action": "allow"}]}`)
-	h.waitLog(t, mark, "desired-state file not applied", 15*time.Second)
+	h.waitLog(regexp.MustCompile(`desired-state file not applied`), mark, 15*time.Second)
 	if !passes(web) || passes(admin) {
 		t.Fatal("an invalid file changed the rules in force")
 	}

@@ -20,59 +20,11 @@ import (
 
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/ollamatest"
-	"github.com/hearthd/hearth/runtime/tinymodel"
 )
 
 // Faults: the runtime dies or stalls, the control plane is killed, a node
 // is away, processes are killed -9 in the middle of writes. hearth keeps
 // serving and loses nothing it acknowledged.
-
-// tinyModelFiles writes the tiny test model and its template.
-func tinyModelFiles(t *testing.T) (gguf, tmpl string) {
-	t.Helper()
-	dir := t.TempDir()
-	gguf = filepath.Join(dir, "tiny.gguf")
-	f, err := os.Create(gguf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tinymodel.Write(f, tinymodel.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	tmpl = filepath.Join(dir, "tiny.template")
-	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return gguf, tmpl
-}
-
-// postChat sends a chat request with a raw body and returns the response.
-func postChat(t *testing.T, h *hearthd, key, body string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest("POST", h.url+"/chat/completions", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("chat: %v", err)
-	}
-	return resp
-}
-
-// scrape returns the Prometheus exposition at addr, or an error.
-func scrape(addr string) (string, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("metrics: %d", resp.StatusCode)
-	}
-	return string(b), err
-}
 
 // The supervised Ollama is killed in the middle of a stream: the client
 // gets an error event and a clean end, the failure is counted, the
@@ -85,10 +37,10 @@ func TestRuntimeKilledMidStream(t *testing.T) {
 	}
 	gguf, tmpl := tinyModelFiles(t)
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	h := startHearthd(t, true, "--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", bin,
 		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
-		"--metrics-listen", metricsAddr)
+		"--metrics-listen", metricsAddr}})
 	first := ollamaChild(h.cmd.Process.Pid)
 	if first == 0 {
 		t.Fatal("no supervised ollama serve found")
@@ -166,8 +118,6 @@ func TestRuntimeKilledMidStream(t *testing.T) {
 	}
 }
 
-func tail(s []string, n int) []string { return s[max(0, len(s)-n):] }
-
 // metricAtLeast reports whether a sample of name whose labels contain
 // label has a value of at least v.
 func metricAtLeast(exposition, name, label string, v float64) bool {
@@ -198,7 +148,7 @@ func grepLines(s, sub string) string {
 // or not, and hearthd serves again as soon as the runtime answers.
 func TestRuntimeSlowTimesOut(t *testing.T) {
 	mock := startMockRuntime(t, "slow-model", bench.MockConfig{Tokens: 8})
-	h := startHearthd(t, true, "--model", "slow-model", "--ollama-url", mock.URL, "--runtime-timeout", "1s", "--metrics-listen", "")
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "slow-model", "--ollama-url", mock.URL, "--runtime-timeout", "1s", "--metrics-listen", ""}})
 	mock.SetConfig(bench.MockConfig{Tokens: 8, TTFT: time.Hour})
 	for _, stream := range []bool{false, true} {
 		start := time.Now()
@@ -226,52 +176,15 @@ func TestRuntimeSlowTimesOut(t *testing.T) {
 	}
 }
 
-// nodeOf starts a hearthd node in front of a mock runtime, enrolled with
-// ctl, managing an authorized_keys file in a temp dir. It returns the
-// process and the node ID.
-func nodeOf(t *testing.T, ctl *controlPlane, stateDir, ak string, mock *bench.MockServer, enroll string) *hearthd {
-	t.Helper()
-	return launchHearthd(t, stateDir, "", "--model", "node-model", "--ollama-url", mock.URL,
-		"--control-url", ctl.url, "--enrollment-token", enroll,
-		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--authorized-keys-file", ak)
-}
-
-func (c *controlPlane) mustCreate(path string, body any) string {
-	c.t.Helper()
-	var out struct{ ID string }
-	if code := c.api("POST", path, body, &out); code != http.StatusCreated || out.ID == "" {
-		c.t.Fatalf("POST %s: %d", path, code)
-	}
-	return out.ID
-}
-
-// applied waits until node id has applied its current desired revision
-// and returns that revision.
-func (c *controlPlane) applied(id string, within time.Duration) uint64 {
-	c.t.Helper()
-	var rev uint64
-	eventually(c.t, within, "node "+id+" applied its desired state", func() bool {
-		n := c.node(id)
-		rev = n.Revision
-		return n.Observed != nil && n.Observed.FirewallRevision == n.Revision && n.Observed.SSHKeysRevision == n.Revision
-	})
-	return rev
-}
-
 // The control plane is killed (SIGKILL) while a node is connected: the node
 // keeps enforcing its last keys, the deployment keeps serving, and once the
 // control plane is back the node reconnects with backoff and converges to
 // the changes made meanwhile.
 func TestControlPlaneKilledNodeKeepsState(t *testing.T) {
-	ctl := newControl(t)
-	mock := startMockRuntime(t, "node-model", bench.MockConfig{Tokens: 4})
-	dir := t.TempDir()
-	ak := filepath.Join(dir, "authorized_keys")
-	node := nodeOf(t, ctl, filepath.Join(dir, "state"), ak, mock, ctl.enrollmentToken(1))
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
-	nodeID := ctl.nodes()[0].ID
+	e := startEnrolledNode(t)
+	ctl, node, ak, nodeID := e.ctl, e.node, e.ak, e.id
 
-	pub1 := testPubKey(t, "first")
+	pub1 := genPubKey(t, "first")
 	k1 := ctl.mustCreate("/v1/ssh-keys", map[string]any{"name": "first", "public_key": pub1})
 	srv := ctl.mustCreate("/v1/servers", map[string]any{"name": "cp-kill", "chip": "cpu", "ram": 4, "storage": 20,
 		"stack": "bare", "billing": "monthly", "ssh_key_ids": []string{k1}})
@@ -319,20 +232,6 @@ func TestControlPlaneKilledNodeKeepsState(t *testing.T) {
 	}
 }
 
-// testPubKey makes a fresh ed25519 public key line with ssh-keygen.
-func testPubKey(t *testing.T, comment string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "id")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v %s", err, out)
-	}
-	b, err := os.ReadFile(path + ".pub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // A node that was away while many changes were made converges when it
 // comes back. "An hour away" is modelled by what the hour changes for the
 // node, not by waiting: the node process is gone (SIGKILL, so no goodbye)
@@ -343,14 +242,9 @@ func testPubKey(t *testing.T, comment string) string {
 // depends on wall-clock time beyond that: the long-poll answers any
 // revision newer than the node's, however old.
 func TestNodeOfflineConverges(t *testing.T) {
-	ctl := newControl(t)
-	mock := startMockRuntime(t, "node-model", bench.MockConfig{Tokens: 4})
-	dir := t.TempDir()
-	ak, state := filepath.Join(dir, "authorized_keys"), filepath.Join(dir, "state")
-	node := nodeOf(t, ctl, state, ak, mock, ctl.enrollmentToken(1))
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
-	nodeID := ctl.nodes()[0].ID
-	pubOld := testPubKey(t, "old")
+	e := startEnrolledNode(t)
+	ctl, node, ak, nodeID := e.ctl, e.node, e.ak, e.id
+	pubOld := genPubKey(t, "old")
 	kOld := ctl.mustCreate("/v1/ssh-keys", map[string]any{"name": "old", "public_key": pubOld})
 	srv := ctl.mustCreate("/v1/servers", map[string]any{"name": "away", "chip": "cpu", "ram": 4, "storage": 20,
 		"stack": "bare", "billing": "monthly", "ssh_key_ids": []string{kOld}})
@@ -379,8 +273,7 @@ func TestNodeOfflineConverges(t *testing.T) {
 		t.Fatalf("authorized_keys lost its key while the node was down: %q", stale)
 	}
 
-	node = launchHearthd(t, state, "", "--model", "node-model", "--ollama-url", mock.URL, "--control-url", ctl.url,
-		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--authorized-keys-file", ak)
+	node = node.restart(e.nodeArgs()...)
 	final := ctl.applied(nodeID, 30*time.Second)
 	if final < rev+40 {
 		t.Fatalf("node converged to %d, want ≥ %d", final, rev+40)
@@ -406,7 +299,7 @@ type createOutcome struct {
 // (50 in flight): after a restart every create that was answered 2xx is
 // there, unchanged, and nothing half-written is visible.
 func TestControlPlaneKilledDuringCreates(t *testing.T) {
-	ctl := newControl(t)
+	ctl := startControl(t, noRateLimit...)
 	// Capacity for the servers: nodes enrolled over the node protocol
 	// directly (no hearthd needed to hold a place in the pool).
 	const nodes = 250
@@ -430,16 +323,15 @@ func TestControlPlaneKilledDuringCreates(t *testing.T) {
 		keys    []string
 	)
 	for i := range 5 {
-		keys = append(keys, ctl.mustCreate("/v1/ssh-keys", map[string]any{"name": fmt.Sprint("pre ", i), "public_key": testPubKey(t, "pre")}))
+		keys = append(keys, ctl.mustCreate("/v1/ssh-keys", map[string]any{"name": fmt.Sprint("pre ", i), "public_key": genPubKey(t, "pre")}))
 		servers = append(servers, ctl.mustCreate("/v1/servers", map[string]any{"name": fmt.Sprint("pre-", i), "chip": "cpu",
 			"ram": 4, "storage": 20, "stack": "bare", "billing": "monthly", "ssh_key_ids": keys[i : i+1]}))
 	}
-	// Key material is made up front: ssh-keygen per request would be the
-	// bottleneck.
+	// Key material is made up front, so the workers only send requests.
 	const total = 1000
 	pubs := make([]string, total)
 	for i := range pubs {
-		pubs[i] = genPubKey(t)
+		pubs[i] = genPubKey(t, "e2e@test")
 	}
 
 	var killed atomic.Bool
@@ -624,7 +516,7 @@ func walkAPIList(t *testing.T, ctl *controlPlane, path string) map[string]map[st
 // listed.
 func TestHearthdKilledDuringKeyCreates(t *testing.T) {
 	mock := startMockRuntime(t, "keys-model", bench.MockConfig{Tokens: 2})
-	h := startHearthd(t, true, "--model", "keys-model", "--ollama-url", mock.URL, "--metrics-listen", "")
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "keys-model", "--ollama-url", mock.URL, "--metrics-listen", ""}})
 	var (
 		mu      sync.Mutex
 		printed = map[string]string{} // secret → name
@@ -669,14 +561,14 @@ func TestHearthdKilledDuringKeyCreates(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	h2 := launchHearthd(t, h.stateDir, h.secret, "--model", "keys-model", "--ollama-url", mock.URL)
+	h2 := h.restart()
 	h2.waitReady(30 * time.Second)
 	list := h2.keysCLI("list")
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("%d keys printed", len(printed))
 	for key, name := range printed {
-		if !listsName(list, name) {
+		if keyID(list, name) == "" {
 			t.Fatalf("key %s printed but not listed after the restart:\n%s", name, list)
 		}
 		c := h2.client(key)
@@ -684,14 +576,4 @@ func TestHearthdKilledDuringKeyCreates(t *testing.T) {
 			t.Fatalf("key %s printed but rejected after the restart: %v", name, err)
 		}
 	}
-}
-
-// listsName reports whether `hearthd keys list` output has a key named name.
-func listsName(list, name string) bool {
-	for _, line := range strings.Split(list, "\n") {
-		if f := strings.Fields(line); len(f) > 1 && f[1] == name {
-			return true
-		}
-	}
-	return false
 }

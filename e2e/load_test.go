@@ -28,9 +28,9 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 		maxBody     = 64 << 10
 		slots       = 4
 	)
-	h := startHearthd(t, true, "--model", "abuse-model", "--ollama-url", mock.URL, "--metrics-listen", "",
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "abuse-model", "--ollama-url", mock.URL, "--metrics-listen", "",
 		"--read-timeout", readTimeout.String(), "--idle-timeout", "5m", "--write-stall-timeout", stall.String(),
-		"--max-concurrent", fmt.Sprint(slots), "--max-queue", "64", "--max-body-bytes", fmt.Sprint(maxBody))
+		"--max-concurrent", fmt.Sprint(slots), "--max-queue", "64", "--max-body-bytes", fmt.Sprint(maxBody)}})
 	addr := strings.TrimPrefix(h.root, "http://")
 	chatBody := `{"model":"abuse-model","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 
@@ -148,8 +148,7 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 			// (No small SO_RCVBUF here: set after connect it leaves a
 			// window the kernel cannot drain, which would hide the close.)
 			conns = append(conns, c)
-			fmt.Fprintf(c, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-				h.secret, len(body), body)
+			rawPost(c, "/api/v1/chat/completions", h.secret, len(body), body)
 		}
 		// Not reading: buffers fill, hearthd's writes stall.
 		time.Sleep(stall + 3*time.Second)
@@ -221,13 +220,7 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 		for range n {
 			<-started
 		}
-		var id string
-		for _, line := range strings.Split(h.keysCLI("list"), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[1] == "doomed" {
-				id = f[0]
-			}
-		}
-		h.keysCLI("revoke", id)
+		h.keysCLI("revoke", keyID(h.keysCLI("list"), "doomed"))
 		r := postChat(t, h, key, chatBody)
 		b, _ := io.ReadAll(r.Body)
 		r.Body.Close()

@@ -2,32 +2,14 @@ package e2e
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/metrics/promtest"
 )
-
-var metricsRe = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
-
-// metricsAddr is the address hearthd's metrics listener logged at start.
-func (h *hearthd) metricsAddr(t *testing.T) string {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := metricsRe.FindStringSubmatch(h.logs()); m != nil {
-			return m[1]
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no metrics listener logged:\n%s", h.logs())
-	return ""
-}
 
 // A real Prometheus scrapes a running hearthd: up == 1 and a non-empty TTFT
 // histogram after a completion; promtool finds the exposition clean; the
@@ -42,14 +24,12 @@ func TestPrometheusScrapesHearthd(t *testing.T) {
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	addr := h.metricsAddr(t)
+	addr := h.waitLog(metricsRe, 0, 10*time.Second)[1]
 
-	resp, err := http.Get("http://" + addr + "/metrics")
+	body, err := scrape(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{
 		`hearth_chat_completions_total{finish_reason="length",stream="true"} 1`,
 		`hearth_completion_tokens_total 8`,
@@ -57,12 +37,12 @@ func TestPrometheusScrapesHearthd(t *testing.T) {
 		`hearth_runtime_up 1`,
 		`hearth_build_info{`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
 	check := exec.Command("promtool", "check", "metrics")
-	check.Stdin = strings.NewReader(string(body))
+	check.Stdin = strings.NewReader(body)
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}

@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -79,11 +77,8 @@ func (n *notifySocket) waitFor(t *testing.T, prefix string, d time.Duration) int
 func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 	inst := shared.ollama.Get(t)
 	ns := newNotifySocket(t)
-	t.Setenv("NOTIFY_SOCKET", ns.path)
-	t.Setenv("WATCHDOG_USEC", "1000000")
-	h := startHearthd(t, false, "--model", inst.Model, "--ollama-url", inst.URL, "--shutdown-timeout", "30s")
-	os.Unsetenv("NOTIFY_SOCKET")
-	os.Unsetenv("WATCHDOG_USEC")
+	h := startHearthd(t, hearthdOpts{env: []string{"NOTIFY_SOCKET=" + ns.path, "WATCHDOG_USEC=1000000"},
+		args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--shutdown-timeout", "30s"}})
 
 	ready := ns.waitFor(t, "READY=1", 60*time.Second)
 	msgs := ns.messages()
@@ -101,13 +96,7 @@ func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 	ns.waitFor(t, "WATCHDOG=1", 5*time.Second)
 
 	// A long stream is in flight when SIGTERM arrives.
-	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"go"}]}`, inst.Model)
-	req, _ := http.NewRequest("POST", h.url+"/chat/completions", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+h.secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postChat(t, h, h.secret, fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"go"}]}`, inst.Model))
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	if _, err := br.ReadString('\n'); err != nil {
@@ -154,65 +143,21 @@ func TestSystemdSocketActivation(t *testing.T) {
 	}
 	ln.Close()
 	defer f.Close()
-	bin := binary(t, "hearthd")
-	stateDir := t.TempDir()
-	out, err := exec.Command(bin, "keys", "create", "--state-dir", stateDir).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := keyRe.FindString(string(out))
 	// LISTEN_PID must be the daemon's own pid: the shell sets it, then
 	// execs hearthd in its place.
-	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=api exec "$0" "$@"`,
-		bin, "serve", "--listen", "127.0.0.1:1", "--metrics-listen", "", "--state-dir", stateDir,
-		"--model", inst.Model, "--ollama-url", inst.URL)
-	cmd.ExtraFiles = []*os.File{f}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logs := &lockedWriter{w: &strings.Builder{}}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-
 	addr := ln.Addr().String()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("hearthd not serving on the passed socket:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	h := startHearthd(t, hearthdOpts{
+		prefix: []string{"/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=api exec "$0" "$@"`},
+		files:  []*os.File{f},
+		args:   []string{"--listen", "127.0.0.1:1", "--metrics-listen", "", "--model", inst.Model, "--ollama-url", inst.URL},
+		probe: &probe{what: "service on the passed socket", within: 60 * time.Second,
+			check: func(*proc) error { return getOK("http://" + addr + "/readyz") }},
+	})
 	req, _ := http.NewRequest("GET", "http://"+addr+"/api/v1/models", nil)
-	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Authorization", "Bearer "+h.secret)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("models on the passed socket: %v %v", resp, err)
 	}
 	resp.Body.Close()
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.String()
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
