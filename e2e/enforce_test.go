@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/sshdtest"
 )
 
 // TestSSHKeysThroughTheAPI: a key added through the management API logs in
@@ -35,12 +36,12 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		}
 	}
 	home := filepath.Join(base, "home")
-	u := addUser(t, home)
+	u := sshdtest.AddUser(t, home)
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	sshDir := filepath.Join(home, ".ssh")
 	akPath := filepath.Join(sshDir, "authorized_keys")
-	humanKey, humanLine := newSigner(t)
+	humanKey, humanLine := sshdtest.NewSigner(t)
 	handWritten := "# my own key, added by hand\n" + humanLine + " me@home\n"
 	if err := os.MkdirAll(sshDir, 0o700); err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	if err := os.Chmod(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sshd := startSSHD(t, base, u, akPath)
+	sshd := sshdtest.Start(t, base, u, akPath)
 
 	ctl := startControl(t)
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
@@ -66,7 +67,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--ssh-user", u.Username}})
 	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
-	sshd.expectLogin(t, "before any key", "hand-added", humanKey, true)
+	sshd.ExpectLogin(t, "before any key", "hand-added", humanKey, true)
 
 	addKey := func(name, line string) string {
 		t.Helper()
@@ -76,9 +77,9 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		}
 		return k.ID
 	}
-	laptop, laptopLine := newSigner(t)
-	desk, deskLine := newSigner(t)
-	stranger, _ := newSigner(t)
+	laptop, laptopLine := sshdtest.NewSigner(t)
+	desk, deskLine := sshdtest.NewSigner(t)
+	stranger, _ := sshdtest.NewSigner(t)
 	laptopID, deskID := addKey("laptop", laptopLine), addKey("desk", deskLine)
 
 	var srv serverView
@@ -88,26 +89,26 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "server running", func() bool { return ctl.server(srv.ID).Status == "running" })
 	ctl.waitApplied(srv.ID, 10*time.Second)
-	sshd.expectLogin(t, "server running", "laptop", laptop, true)
-	sshd.expectLogin(t, "server running", "desk", desk, true)
-	sshd.expectLogin(t, "server running", "hand-added", humanKey, true)
-	sshd.expectLogin(t, "server running", "unregistered", stranger, false)
+	sshd.ExpectLogin(t, "server running", "laptop", laptop, true)
+	sshd.ExpectLogin(t, "server running", "desk", desk, true)
+	sshd.ExpectLogin(t, "server running", "hand-added", humanKey, true)
+	sshd.ExpectLogin(t, "server running", "unregistered", stranger, false)
 
 	// Deleting the key through the API locks it out within 5 s.
 	if code := ctl.api("DELETE", "/v1/ssh-keys/"+laptopID, nil, nil); code != http.StatusNoContent {
 		t.Fatalf("delete key: %d", code)
 	}
 	deleted := time.Now()
-	for sshd.login(laptop) == nil {
+	for sshd.Login(laptop) == nil {
 		if time.Since(deleted) > 5*time.Second {
 			t.Fatal("the deleted key still logs in 5 s after DELETE")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("deleted key refused %v after DELETE", time.Since(deleted).Round(time.Millisecond))
-	sshd.expectLogin(t, "after delete", "laptop", laptop, false)
-	sshd.expectLogin(t, "after delete", "desk", desk, true)
-	sshd.expectLogin(t, "after delete", "hand-added", humanKey, true)
+	sshd.ExpectLogin(t, "after delete", "laptop", laptop, false)
+	sshd.ExpectLogin(t, "after delete", "desk", desk, true)
+	sshd.ExpectLogin(t, "after delete", "hand-added", humanKey, true)
 	ctl.waitApplied(srv.ID, 10*time.Second)
 
 	// A sync that fails is reported on the server, and heals: ~/.ssh made
@@ -141,9 +142,9 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	}
 	// The node retries a failed apply with backoff, on its own.
 	ctl.waitApplied(srv.ID, 15*time.Second)
-	sshd.expectLogin(t, "after the retry", "desk", desk, true)
-	sshd.expectLogin(t, "after the retry", "laptop", laptop, false)
-	sshd.expectLogin(t, "after the retry", "hand-added", humanKey, true)
+	sshd.ExpectLogin(t, "after the retry", "desk", desk, true)
+	sshd.ExpectLogin(t, "after the retry", "laptop", laptop, false)
+	sshd.ExpectLogin(t, "after the retry", "hand-added", humanKey, true)
 
 	// The hand-written part is still there byte for byte, first.
 	got, err := os.ReadFile(akPath)
@@ -161,8 +162,8 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	eventually(t, 30*time.Second, "server gone", func() bool {
 		return ctl.api("GET", "/v1/servers/"+srv.ID, nil, nil) == http.StatusNotFound
 	})
-	sshd.expectLogin(t, "after the wipe", "desk", desk, false)
-	sshd.expectLogin(t, "after the wipe", "hand-added", humanKey, true)
+	sshd.ExpectLogin(t, "after the wipe", "desk", desk, false)
+	sshd.ExpectLogin(t, "after the wipe", "hand-added", humanKey, true)
 	if got, err := os.ReadFile(akPath); err != nil || string(got) != handWritten {
 		t.Fatalf("after the wipe authorized_keys is not the hand-written file (%v):\n%s", err, got)
 	}
@@ -183,14 +184,14 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 	}
 	pair := newNetPair(t)
 	ctl := startControl(t)
-	proxy := proxyFromNS(t, pair.client, nsControlIP, strings.TrimPrefix(ctl.url, "http://"))
+	proxy := proxyFromNS(t, pair.Client, nsControlIP, strings.TrimPrefix(ctl.url, "http://"))
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
 
 	gguf, tmpl := tinyModelFiles(t)
 	// The namespace has its own loopback: any port is free there. The
 	// test reaches the node only through the control plane and the
 	// traffic it lets through, as a customer would.
-	startHearthd(t, hearthdOpts{prefix: netnsExec(pair.server), stateDir: t.TempDir(), args: []string{
+	startHearthd(t, hearthdOpts{prefix: netnsExec(pair.Server), stateDir: t.TempDir(), args: []string{
 		"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", ollamaBin,
 		"--ollama-url", "http://127.0.0.1:11434", "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
@@ -207,13 +208,13 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 	if srv.IP == nil || *srv.IP != nsServerIP.String() {
 		t.Fatalf("server ip %v, want %s", srv.IP, nsServerIP)
 	}
-	if out := runCmd(t, "ip", "netns", "exec", pair.server, "nft", "list", "table", "inet", "hearth"); !strings.Contains(out, "chain input") {
+	if out := runCmd(t, "ip", "netns", "exec", pair.Server, "nft", "list", "table", "inet", "hearth"); !strings.Contains(out, "chain input") {
 		t.Fatalf("no hearth table in the server namespace:\n%s", out)
 	}
 
 	const web, admin, dns, outPort = 8080, 9090, 5353, 7070
-	listenNS(t, pair.server, nsServerIP, []int{web, admin}, []int{dns})
-	listenNS(t, pair.client, nsClientIP, []int{outPort}, nil)
+	listenNS(t, pair.Server, nsServerIP, []int{web, admin}, []int{dns})
+	listenNS(t, pair.Client, nsClientIP, []int{outPort}, nil)
 	type probe struct {
 		proto string
 		port  int
@@ -232,9 +233,9 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 				defer wg.Done()
 				var err error
 				if p.out {
-					err = reach(pair.server, p.proto, nsServerIP, netip.AddrPortFrom(nsClientIP, uint16(p.port)))
+					err = reach(pair.Server, p.proto, nsServerIP, netip.AddrPortFrom(nsClientIP, uint16(p.port)))
 				} else {
-					err = reach(pair.client, p.proto, nsClientIP, netip.AddrPortFrom(nsServerIP, uint16(p.port)))
+					err = reach(pair.Client, p.proto, nsClientIP, netip.AddrPortFrom(nsServerIP, uint16(p.port)))
 				}
 				mu.Lock()
 				errs[p] = err
@@ -332,9 +333,9 @@ func TestStandaloneFirewallFromFile(t *testing.T) {
 	requireRoot(t, skipNetnsEnv, "ip", "nft")
 	pair := newNetPair(t)
 	const web, admin = 8080, 9090
-	listenNS(t, pair.server, nsServerIP, []int{web, admin}, nil)
+	listenNS(t, pair.Server, nsServerIP, []int{web, admin}, nil)
 	passes := func(port int) bool {
-		return reach(pair.client, "tcp", nsClientIP, netip.AddrPortFrom(nsServerIP, uint16(port))) == nil
+		return reach(pair.Client, "tcp", nsClientIP, netip.AddrPortFrom(nsServerIP, uint16(port))) == nil
 	}
 	file := filepath.Join(t.TempDir(), "desired.json")
 	write := func(content string) {
@@ -351,7 +352,7 @@ func TestStandaloneFirewallFromFile(t *testing.T) {
 
 	// No runtime answers in the namespace: enforcement does not wait for
 	// the model.
-	h := startHearthd(t, hearthdOpts{prefix: netnsExec(pair.server), stateDir: t.TempDir(), args: []string{
+	h := startHearthd(t, hearthdOpts{prefix: netnsExec(pair.Server), stateDir: t.TempDir(), args: []string{
 		"--model", "e2e-tiny", "--ollama-url", "http://127.0.0.1:1", "--desired-state-file", file, "--firewall"}})
 	eventually(t, 15*time.Second, "the file's rules in force", func() bool { return passes(web) && !passes(admin) })
 

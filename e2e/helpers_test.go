@@ -7,8 +7,6 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,11 +28,11 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/sshdtest"
 	"github.com/hearthd/hearth/runtime/tinymodel"
 )
 
@@ -583,26 +581,10 @@ func tinyModelFiles(t *testing.T) (gguf, tmpl string) {
 	return gguf, tmpl
 }
 
-// newSigner returns a fresh ed25519 key and its authorized_keys line
-// (without a comment), made in-process: ssh-keygen per key would dominate
-// tests that need hundreds.
-func newSigner(t *testing.T) (ssh.Signer, string) {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.PublicKey())))
-}
-
 // genPubKey returns a fresh ssh-ed25519 public key line with comment.
 func genPubKey(t *testing.T, comment string) string {
 	t.Helper()
-	_, line := newSigner(t)
+	_, line := sshdtest.NewSigner(t)
 	return line + " " + comment
 }
 

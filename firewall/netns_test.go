@@ -8,13 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +22,9 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/hearthd/hearth/internal/netnstest"
 )
 
 // skipEnv opts out of the real-kernel tests explicitly (e.g. on a
@@ -61,30 +60,6 @@ func requireKernel(t *testing.T) {
 	}
 }
 
-// inNS runs f on a fresh OS thread that has joined the named network
-// namespace. Sockets created and processes started by f live in that
-// namespace.
-func inNS(ns string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread's namespace was changed, so the runtime
-		// must discard the thread when this goroutine exits.
-		runtime.LockOSThread()
-		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", ns, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
 // nsBackend is a knftables.Interface whose every nft invocation runs inside a
 // network namespace; fail makes Run fail, to test failed applies.
 type nsBackend struct {
@@ -96,7 +71,7 @@ type nsBackend struct {
 func newNSBackend(t *testing.T, ns string) *nsBackend {
 	t.Helper()
 	b := &nsBackend{ns: ns}
-	err := inNS(ns, func() (err error) {
+	err := netnstest.Run(ns, func() (err error) {
 		b.inner, err = knftables.New(knftables.InetFamily, TableName)
 		return err
 	})
@@ -112,42 +87,40 @@ func (b *nsBackend) Run(ctx context.Context, tx *knftables.Transaction) error {
 	if b.fail.Load() {
 		return errors.New("injected nft failure")
 	}
-	return inNS(b.ns, func() error { return b.inner.Run(ctx, tx) })
+	return netnstest.Run(b.ns, func() error { return b.inner.Run(ctx, tx) })
 }
 
 func (b *nsBackend) Check(ctx context.Context, tx *knftables.Transaction) error {
-	return inNS(b.ns, func() error { return b.inner.Check(ctx, tx) })
+	return netnstest.Run(b.ns, func() error { return b.inner.Check(ctx, tx) })
 }
 
 func (b *nsBackend) ListAll(ctx context.Context) (r map[string][]string, err error) {
-	err = inNS(b.ns, func() error { r, err = b.inner.ListAll(ctx); return err })
+	err = netnstest.Run(b.ns, func() error { r, err = b.inner.ListAll(ctx); return err })
 	return r, err
 }
 
 func (b *nsBackend) List(ctx context.Context, objectType string) (r []string, err error) {
-	err = inNS(b.ns, func() error { r, err = b.inner.List(ctx, objectType); return err })
+	err = netnstest.Run(b.ns, func() error { r, err = b.inner.List(ctx, objectType); return err })
 	return r, err
 }
 
 func (b *nsBackend) ListRules(ctx context.Context, chain string) (r []*knftables.Rule, err error) {
-	err = inNS(b.ns, func() error { r, err = b.inner.ListRules(ctx, chain); return err })
+	err = netnstest.Run(b.ns, func() error { r, err = b.inner.ListRules(ctx, chain); return err })
 	return r, err
 }
 
 func (b *nsBackend) ListElements(ctx context.Context, objectType, name string) (r []*knftables.Element, err error) {
-	err = inNS(b.ns, func() error { r, err = b.inner.ListElements(ctx, objectType, name); return err })
+	err = netnstest.Run(b.ns, func() error { r, err = b.inner.ListElements(ctx, objectType, name); return err })
 	return r, err
 }
 
 func (b *nsBackend) ListCounters(ctx context.Context) (r []*knftables.Counter, err error) {
-	err = inNS(b.ns, func() error { r, err = b.inner.ListCounters(ctx); return err })
+	err = netnstest.Run(b.ns, func() error { r, err = b.inner.ListCounters(ctx); return err })
 	return r, err
 }
 
 // testNet is a server and a client namespace joined by a veth pair.
-type testNet struct {
-	server, client string
-}
+type testNet struct{ netnstest.Pair }
 
 func run(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
@@ -163,107 +136,37 @@ func run(t *testing.T, stdin string, args ...string) string {
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
 	requireKernel(t)
-	id := rand.Uint32()
-	n := &testNet{server: fmt.Sprintf("hfw-s-%08x", id), client: fmt.Sprintf("hfw-c-%08x", id)}
-	for _, ns := range []string{n.server, n.client} {
-		run(t, "", "ip", "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("delete netns %s: %v\n%s", ns, err, out)
-			}
-		})
-		run(t, "", "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	run(t, "", "ip", "-n", n.server, "link", "add", "veth0", "type", "veth", "peer", "name", "veth0", "netns", n.client)
-	for ns, addrs := range map[string][]string{
-		n.server: {serverV4.String() + "/24", serverV6.String() + "/64"},
-		n.client: {clientV4.String() + "/24", clientV4b.String() + "/24", clientV6.String() + "/64", clientV6b.String() + "/64"},
-	} {
-		for _, a := range addrs {
-			args := []string{"ip", "-n", ns, "addr", "add", a, "dev", "veth0"}
-			if strings.Contains(a, ":") {
-				args = append(args, "nodad")
-			}
-			run(t, "", args...)
-		}
-		run(t, "", "ip", "-n", ns, "link", "set", "veth0", "up")
-	}
-	return n
+	return &testNet{netnstest.NewPair(t, "hfw",
+		[]netip.Prefix{netip.PrefixFrom(serverV4, 24), netip.PrefixFrom(serverV6, 64)},
+		[]netip.Prefix{netip.PrefixFrom(clientV4, 24), netip.PrefixFrom(clientV4b, 24), netip.PrefixFrom(clientV6, 64), netip.PrefixFrom(clientV6b, 64)})}
 }
 
 // listen starts TCP and UDP echo servers on the given ports (both address
 // families) inside ns, closed when the test ends.
 func listen(t *testing.T, ns string, tcpPorts, udpPorts []int) {
 	t.Helper()
-	var closers []io.Closer
-	err := inNS(ns, func() error {
-		for _, p := range tcpPorts {
-			ln, err := net.Listen("tcp", fmt.Sprintf("[::]:%d", p))
-			if err != nil {
-				return err
-			}
-			closers = append(closers, ln)
-			go serveTCP(ln)
-		}
-		// UDP binds each address: a wildcard socket could answer from
-		// another of the namespace's addresses, which the prober would
-		// rightly not count as a reply.
-		addrs, err := net.InterfaceAddrs()
-		if err != nil {
-			return err
-		}
-		for _, p := range udpPorts {
-			for _, a := range addrs {
-				ip := a.(*net.IPNet).IP
-				if ip.IsLoopback() || ip.IsLinkLocalUnicast() {
-					continue
-				}
-				pc, err := net.ListenPacket("udp", net.JoinHostPort(ip.String(), fmt.Sprint(p)))
-				if err != nil {
-					return err
-				}
-				closers = append(closers, pc)
-				go serveUDP(pc)
-			}
-		}
-		return nil
-	})
-	t.Cleanup(func() {
-		for _, c := range closers {
-			c.Close()
-		}
-	})
-	if err != nil {
+	var tcp, udp []netip.AddrPort
+	for _, p := range tcpPorts {
+		tcp = append(tcp, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(p)))
+	}
+	// UDP binds each address: a wildcard socket could answer from
+	// another of the namespace's addresses, which the prober would
+	// rightly not count as a reply.
+	var addrs []net.Addr
+	if err := netnstest.Run(ns, func() (err error) { addrs, err = net.InterfaceAddrs(); return err }); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func serveTCP(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			buf := make([]byte, 1)
-			if _, err := io.ReadFull(c, buf); err == nil {
-				c.Write(buf)
+	for _, p := range udpPorts {
+		for _, a := range addrs {
+			ip, _ := netip.AddrFromSlice(a.(*net.IPNet).IP)
+			ip = ip.Unmap()
+			if ip.IsLoopback() || ip.IsLinkLocalUnicast() {
+				continue
 			}
-		}()
-	}
-}
-
-func serveUDP(pc net.PacketConn) {
-	buf := make([]byte, 64)
-	for {
-		n, addr, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
+			udp = append(udp, netip.AddrPortFrom(ip, uint16(p)))
 		}
-		pc.WriteTo(buf[:n], addr)
 	}
+	netnstest.ListenEcho(t, ns, tcp, udp)
 }
 
 // probe is one connection attempt and whether it must succeed.
@@ -280,41 +183,15 @@ func (p probe) String() string {
 }
 
 func (p probe) run() error {
-	return inNS(p.ns, func() error {
+	return netnstest.Run(p.ns, func() error {
 		switch p.proto {
 		case "tcp", "udp":
-			return echo(p.proto, p.src, netip.AddrPortFrom(p.dst, uint16(p.port)))
+			return netnstest.Echo(p.proto, p.src, netip.AddrPortFrom(p.dst, uint16(p.port)), probeTimeout)
 		case "icmp":
 			return ping(p.src, p.dst)
 		}
 		return fmt.Errorf("unknown protocol %q", p.proto)
 	})
-}
-
-func echo(network string, src netip.Addr, dst netip.AddrPort) error {
-	d := net.Dialer{Timeout: probeTimeout}
-	if network == "tcp" {
-		d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-	} else {
-		d.LocalAddr = &net.UDPAddr{IP: src.AsSlice()}
-	}
-	c, err := d.Dial(network, dst.String())
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(probeTimeout))
-	if _, err := c.Write([]byte{'h'}); err != nil {
-		return err
-	}
-	buf := make([]byte, 1)
-	if _, err := io.ReadFull(c, buf); err != nil {
-		return err
-	}
-	if buf[0] != 'h' {
-		return fmt.Errorf("echo returned %q", buf)
-	}
-	return nil
 }
 
 func ping(src, dst netip.Addr) error {
@@ -379,7 +256,7 @@ func check(t *testing.T, probes ...probe) {
 
 func (n *testNet) newNFT(t *testing.T, cp ...netip.AddrPort) (*NFT, *nsBackend) {
 	t.Helper()
-	b := newNSBackend(t, n.server)
+	b := newNSBackend(t, n.Server)
 	fw, err := New(Config{Backend: b, ControlPlane: cp, DriftInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +266,7 @@ func (n *testNet) newNFT(t *testing.T, cp ...netip.AddrPort) (*NFT, *nsBackend) 
 
 // in and out build probes into and out of the server namespace.
 func (n *testNet) in(proto string, src, dst netip.Addr, port int, want bool) probe {
-	return probe{n.client, proto, src, dst, port, want}
+	return probe{n.Client, proto, src, dst, port, want}
 }
 
 func (n *testNet) out(proto string, dst netip.Addr, port int, want bool) probe {
@@ -397,12 +274,12 @@ func (n *testNet) out(proto string, dst netip.Addr, port int, want bool) probe {
 	if dst.Is6() {
 		src = serverV6
 	}
-	return probe{n.server, proto, src, dst, port, want}
+	return probe{n.Server, proto, src, dst, port, want}
 }
 
 func TestKernelInboundRules(t *testing.T) {
 	n := newTestNet(t)
-	listen(t, n.server, []int{22, 80, 8000, 8500, 9000, 9001}, []int{53, 5000})
+	listen(t, n.Server, []int{22, 80, 8000, 8500, 9000, 9001}, []int{53, 5000})
 	fw, _ := n.newNFT(t)
 	ctx := context.Background()
 
@@ -479,8 +356,8 @@ func TestKernelInboundRules(t *testing.T) {
 
 func TestKernelOutboundRules(t *testing.T) {
 	n := newTestNet(t)
-	listen(t, n.server, []int{22}, nil)
-	listen(t, n.client, []int{80, 443, 7000}, []int{53})
+	listen(t, n.Server, []int{22}, nil)
+	listen(t, n.Client, []int{80, 443, 7000}, []int{53})
 	cp := netip.AddrPortFrom(clientV4, 7000)
 	fw, _ := n.newNFT(t, cp)
 	ctx := context.Background()
@@ -516,7 +393,7 @@ func nftList(t *testing.T, ns string, args ...string) (string, error) {
 
 func TestKernelForeignTablesUntouched(t *testing.T) {
 	n := newTestNet(t)
-	listen(t, n.server, []int{22, 80}, nil)
+	listen(t, n.Server, []int{22, 80}, nil)
 	fw, _ := n.newNFT(t)
 	ctx := context.Background()
 
@@ -533,8 +410,8 @@ table inet foreign {
 table ip legacy {
 	chain out { type filter hook output priority 10; policy accept; }
 }
-`, "ip", "netns", "exec", n.server, "nft", "-f", "-")
-	before, err := nftList(t, n.server, "list", "ruleset")
+`, "ip", "netns", "exec", n.Server, "nft", "-f", "-")
+	before, err := nftList(t, n.Server, "list", "ruleset")
 	if err != nil {
 		t.Fatal(before, err)
 	}
@@ -549,7 +426,7 @@ table ip legacy {
 
 	for _, tbl := range [][]string{{"inet", "foreign"}, {"ip", "legacy"}} {
 		want := section(t, before, tbl)
-		got, err := nftList(t, n.server, "list", "table", tbl[0], tbl[1])
+		got, err := nftList(t, n.Server, "list", "table", tbl[0], tbl[1])
 		if err != nil {
 			t.Fatalf("table %v gone after apply: %v %s", tbl, err, got)
 		}
@@ -560,7 +437,7 @@ table ip legacy {
 	if err := fw.Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after, err := nftList(t, n.server, "list", "ruleset")
+	after, err := nftList(t, n.Server, "list", "ruleset")
 	if err != nil || strings.TrimSpace(after) != strings.TrimSpace(before) {
 		t.Fatalf("ruleset after Remove:\n%s\nwant the foreign tables only:\n%s", after, before)
 	}
@@ -591,14 +468,14 @@ func waitRepairs(t *testing.T, fw *NFT, want uint64) {
 
 func TestKernelDriftRepair(t *testing.T) {
 	n := newTestNet(t)
-	listen(t, n.server, []int{22, 80}, nil)
+	listen(t, n.Server, []int{22, 80}, nil)
 	fw, _ := n.newNFT(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := fw.Apply(ctx, []Rule{{Direction: "inbound", Protocol: "tcp", PortRange: "22", Action: "allow"}}); err != nil {
 		t.Fatal(err)
 	}
-	want, err := nftList(t, n.server, "list", "table", "inet", TableName)
+	want, err := nftList(t, n.Server, "list", "table", "inet", TableName)
 	if err != nil {
 		t.Fatal(want, err)
 	}
@@ -639,9 +516,9 @@ func TestKernelDriftRepair(t *testing.T) {
 			}
 			stdin = fmt.Sprintf("delete rule inet %s input handle %d\n", TableName, *rules[len(rules)-1].Handle)
 		}
-		run(t, stdin, append([]string{"ip", "netns", "exec", n.server, "nft"}, tc.nft...)...)
+		run(t, stdin, append([]string{"ip", "netns", "exec", n.Server, "nft"}, tc.nft...)...)
 		waitRepairs(t, fw, uint64(i+1))
-		got, err := nftList(t, n.server, "list", "table", "inet", TableName)
+		got, err := nftList(t, n.Server, "list", "table", "inet", TableName)
 		if err != nil || got != want {
 			t.Fatalf("after repair:\n%s\nwant:\n%s", got, want)
 		}
@@ -654,13 +531,13 @@ func TestKernelDriftRepair(t *testing.T) {
 
 func TestKernelFailedApplyKeepsOldRules(t *testing.T) {
 	n := newTestNet(t)
-	listen(t, n.server, []int{22, 80}, nil)
+	listen(t, n.Server, []int{22, 80}, nil)
 	fw, b := n.newNFT(t)
 	ctx := context.Background()
 	if err := fw.Apply(ctx, []Rule{{Direction: "inbound", Protocol: "tcp", PortRange: "22", Action: "allow"}}); err != nil {
 		t.Fatal(err)
 	}
-	want, err := nftList(t, n.server, "list", "table", "inet", TableName)
+	want, err := nftList(t, n.Server, "list", "table", "inet", TableName)
 	if err != nil {
 		t.Fatal(want, err)
 	}
@@ -674,7 +551,7 @@ func TestKernelFailedApplyKeepsOldRules(t *testing.T) {
 	if err := fw.Apply(ctx, append(open80, Rule{Direction: "inbound", Protocol: "tcp", PortRange: "80 } accept; flush ruleset; {", Action: "allow"})); err == nil {
 		t.Fatal("Apply accepted an injection attempt")
 	}
-	got, err := nftList(t, n.server, "list", "table", "inet", TableName)
+	got, err := nftList(t, n.Server, "list", "table", "inet", TableName)
 	if err != nil || got != want {
 		t.Fatalf("table after failed applies:\n%s\nwant:\n%s", got, want)
 	}
