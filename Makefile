@@ -11,7 +11,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run test unit fuzz lint bench deb ollama clean
+.PHONY: all build run test deps unit fuzz lint bench bench-fleet deb ollama clean
 
 all: build
 
@@ -19,23 +19,37 @@ build:
 	@mkdir -p bin
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ $(addprefix ./cmd/,$(BINARIES))
 
-# The whole deployment on loopback: Ollama + tiny model + hearthd + a key.
+# The whole product on loopback: the control plane, an enrolled node (Ollama,
+# tiny model), a deployment server and a key made through the management API.
 run:
 	@scripts/run.sh
 
+# Every Ollama version of the test matrix, built if missing.
 ollama:
-	@scripts/ensure-ollama.sh
+	@scripts/ensure-ollama.sh --all
+
+# The Debian packages the tests need: installed as root, else the apt-get
+# line to run.
+deps:
+	@scripts/ensure-deps.sh
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# Every test: vet, the race detector over all packages (the real-Ollama
-# integration tests included), then a short run of every fuzz target.
-test: lint unit fuzz
+# Every test: the packages they need, vet, the race detector over all
+# packages (the real-Ollama integration tests on every version of the
+# matrix included), then a short run of every fuzz target.
+test: deps lint unit fuzz
 
-unit:
-	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) test -race -count=1 -timeout 30m ./...
+# HEARTH_OLLAMA_BINS lists the matrix (VERSION=PATH,...) for
+# internal/ollamatest; HEARTH_OLLAMA_BIN is the current version, for tests
+# that use one.
+unit: deps
+	@set -e; bins=$$(scripts/ensure-ollama.sh --all); bins=$$(echo "$$bins" | paste -sd, -); \
+	bin=$$(scripts/ensure-ollama.sh); \
+	echo "HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin $(GO) test -race -count=1 -timeout 30m ./..."; \
+	HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin $(GO) test -race -count=1 -timeout 30m ./...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -47,6 +61,13 @@ fuzz:
 
 bench:
 	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) run ./cmd/hearth-bench
+
+# The control plane under a simulated fleet of 10 000 nodes, on Pebble and on
+# PostgreSQL with one and two replicas (see BENCHMARKS.md, "Fleet").
+# FLEETFLAGS passes hearth-bench fleet flags, e.g.
+# FLEETFLAGS='--nodes 1000 --backends pebble --profile /tmp/fleetprof'.
+bench-fleet: deps
+	$(GO) run ./cmd/hearth-bench fleet $(FLEETFLAGS)
 
 # hearth_<version>_amd64.deb (binaries, units, conffiles) with nfpm.
 deb:

@@ -11,9 +11,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/hearthd/hearth/internal/adminsock"
 )
 
 // The admin API is served on a unix socket only root can open; it is how the
@@ -21,7 +21,7 @@ import (
 //
 //	POST   /keys       {"name": "…"}  → 201 {key…, "secret": "hearth_live_…"}
 //	GET    /keys                      → 200 {"keys": [key…]}
-//	DELETE /keys/{id}                 → 204, or 404 for an unknown id
+//	DELETE /keys/{id}                 → 204, 404 for an unknown id, 409 for a managed key
 //
 // Errors are {"error": {"message": "…"}}.
 
@@ -75,6 +75,8 @@ func AdminHandler(k *Keyring) http.Handler {
 		switch {
 		case errors.Is(err, ErrNotFound):
 			writeError(w, http.StatusNotFound, "no key with id "+r.PathValue("id"))
+		case errors.Is(err, ErrManaged):
+			writeError(w, http.StatusConflict, err.Error())
 		case err != nil:
 			writeError(w, http.StatusInternalServerError, err.Error())
 		default:
@@ -103,43 +105,6 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
-}
-
-// ListenAdmin listens on a unix socket at path that only the daemon's user
-// can connect to (mode 0600). A stale socket left by a crashed daemon is
-// removed first; any other file at path, or a socket some process still
-// answers on, is an error rather than something to delete.
-func ListenAdmin(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("admin socket directory: %w", err)
-	}
-	fi, err := os.Lstat(path)
-	switch {
-	case err == nil && fi.Mode().Type() != os.ModeSocket:
-		return nil, fmt.Errorf("admin socket %s: exists and is not a socket", path)
-	case err == nil:
-		if c, derr := net.DialTimeout("unix", path, time.Second); derr == nil {
-			c.Close()
-			return nil, fmt.Errorf("admin socket %s: another process is listening on it", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("remove stale admin socket: %w", err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("admin socket %s: %w", path, err)
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on admin socket: %w", err)
-	}
-	// bind(2) creates the socket with the process umask; tighten it before
-	// anything is served. Under the usual 022 umask no other user has the
-	// write permission connect(2) needs even in the meantime.
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restrict admin socket: %w", err)
-	}
-	return ln, nil
 }
 
 // ServeAdmin serves AdminHandler(k) on ln until ctx is done.
@@ -175,16 +140,9 @@ type AdminClient struct {
 
 // NewAdminClient returns a client for the admin socket at socketPath.
 func NewAdminClient(socketPath string) *AdminClient {
-	var d net.Dialer
-	return &AdminClient{hc: &http.Client{
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", socketPath)
-			},
-			DisableKeepAlives: true,
-		},
-		Timeout: 30 * time.Second,
-	}}
+	hc := adminsock.Client(socketPath)
+	hc.Timeout = 30 * time.Second
+	return &AdminClient{hc: hc}
 }
 
 // Create asks the daemon for a new key and returns its secret.

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hearthd/hearth/internal/adminsock"
 )
 
 // startAdmin serves k's admin API on a real unix socket in a fresh
@@ -19,7 +20,7 @@ import (
 func startAdmin(t *testing.T, k *Keyring) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "run", "admin.sock")
-	ln, err := ListenAdmin(path)
+	ln, err := adminsock.Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +38,7 @@ func startAdmin(t *testing.T, k *Keyring) string {
 
 // rawClient speaks HTTP to the admin socket without AdminClient, to check
 // the wire format itself.
-func rawClient(path string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-	}}
-}
+func rawClient(path string) *http.Client { return adminsock.Client(path) }
 
 func TestAdminRoundTrip(t *testing.T) {
 	_, k, _ := openDir(t, t.TempDir(), nil)
@@ -188,40 +182,23 @@ func TestAdminWireFormat(t *testing.T) {
 	}
 }
 
-func TestListenAdminReplacesOnlyStaleSockets(t *testing.T) {
-	dir := t.TempDir()
-
-	// A stale socket, as a crashed daemon leaves it.
-	stale := filepath.Join(dir, "stale.sock")
-	ln, err := net.Listen("unix", stale)
-	if err != nil {
+// A managed key shows in the list with its source and cannot be revoked on
+// the box: it changes only with the desired state.
+func TestAdminManagedKeys(t *testing.T) {
+	_, k, _ := openDir(t, t.TempDir(), nil)
+	secret, m := issued(t, "dk_admin")
+	if err := k.SetManaged([]Managed{m}); err != nil {
 		t.Fatal(err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ln.Close()
-	if _, err := os.Lstat(stale); err != nil {
-		t.Fatalf("stale socket not left behind: %v", err)
+	c := NewAdminClient(startAdmin(t, k))
+	keys, err := c.List(t.Context())
+	if err != nil || len(keys) != 1 || keys[0].ID != "dk_admin" || keys[0].Source != SourceManaged {
+		t.Fatalf("list %+v %v", keys, err)
 	}
-	ln, err = ListenAdmin(stale)
-	if err != nil {
-		t.Fatalf("ListenAdmin over a stale socket: %v", err)
+	if err := c.Revoke(t.Context(), "dk_admin"); err == nil || !strings.Contains(err.Error(), "409") {
+		t.Fatalf("revoke of a managed key: %v", err)
 	}
-
-	// A socket a live process answers on is not taken over.
-	if _, err := ListenAdmin(stale); err == nil {
-		t.Fatal("ListenAdmin took over a live socket")
-	}
-	ln.Close()
-
-	// Any other file is left alone.
-	regular := filepath.Join(dir, "regular")
-	if err := os.WriteFile(regular, []byte("data"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ListenAdmin(regular); err == nil {
-		t.Fatal("ListenAdmin replaced a regular file")
-	}
-	if b, err := os.ReadFile(regular); err != nil || string(b) != "data" {
-		t.Fatalf("regular file changed: %q, %v", b, err)
+	if _, err := k.Authenticate(bearer(secret)); err != nil {
+		t.Fatalf("the managed key after a refused revoke: %v", err)
 	}
 }

@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -18,8 +17,9 @@ const cliUsage = `usage: hearthd keys <command>
 
 commands:
   create [--name NAME]   create a key and print its secret (shown only once)
-  list                   list keys with their usage
-  revoke ID              revoke a key; requests with it fail at once`
+  list                   list keys (local and managed) with their usage
+  revoke ID              revoke a local key; requests with it fail at once
+                         (managed keys, dk_…, change only through the management API)`
 
 // keyOps is what the CLI does, either through the daemon or on the state.
 type keyOps interface {
@@ -125,15 +125,14 @@ func runOp(ctx context.Context, ops keyOps, cmd, name, id string, stdout, stderr
 
 // connect picks the daemon when one answers on socketPath, else the state.
 func connect(ctx context.Context, stderr io.Writer, socketPath, stateDir string) (keyOps, func() error, error) {
-	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	conn, err := d.DialContext(dctx, "unix", socketPath)
+	conn, err := adminsock.Dial(dctx, socketPath)
 	cancel()
 	if err == nil {
 		conn.Close()
 		return NewAdminClient(socketPath), func() error { return nil }, nil
 	}
-	if errors.Is(err, os.ErrPermission) {
+	if !errors.Is(err, adminsock.ErrNotRunning) {
 		return nil, nil, fmt.Errorf("connect to hearthd at %s (run as root?): %w", socketPath, err)
 	}
 	fmt.Fprintf(stderr, "hearthd is not running (no answer on %s); using the state in %s directly.\n", socketPath, stateDir)
@@ -153,14 +152,14 @@ func connect(ctx context.Context, stderr io.Writer, socketPath, stateDir string)
 
 func printKeys(w io.Writer, keys []Key) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tHINT\tCREATED\tREVOKED\tREQUESTS\tTOKENS_IN\tTOKENS_OUT")
+	fmt.Fprintln(tw, "ID\tNAME\tSOURCE\tHINT\tCREATED\tREVOKED\tEXPIRES\tREQUESTS\tTOKENS_IN\tTOKENS_OUT")
 	for _, k := range keys {
-		revoked := "-"
-		if k.RevokedAt != nil {
-			revoked = formatTime(*k.RevokedAt)
+		hint := k.Hint
+		if hint == "" {
+			hint = "-" // managed keys: the node never saw the secret
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n",
-			k.ID, k.Name, k.Hint, formatTime(k.CreatedAt), revoked,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n",
+			k.ID, k.Name, k.Source, hint, formatTime(k.CreatedAt), optTime(k.RevokedAt), optTime(k.ExpiresAt),
 			k.Usage.Requests, k.Usage.PromptTokens, k.Usage.CompletionTokens)
 	}
 	if err := tw.Flush(); err != nil {
@@ -170,3 +169,10 @@ func printKeys(w io.Writer, keys []Key) error {
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
+func optTime(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return formatTime(*t)
+}

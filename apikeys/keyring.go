@@ -42,6 +42,7 @@ var (
 	ErrForeignKey = errors.New("apikeys: not a hearth key")
 	ErrUnknownKey = errors.New("apikeys: unknown key")
 	ErrRevoked    = errors.New("apikeys: key revoked")
+	ErrExpired    = errors.New("apikeys: key expired")
 )
 
 // Management errors.
@@ -49,11 +50,14 @@ var (
 	ErrNotFound    = errors.New("apikeys: key not found")
 	ErrInvalidName = errors.New("apikeys: name must be 1-64 printable characters")
 	ErrClosed      = errors.New("apikeys: keyring closed")
+	// ErrManaged refuses a local change to a key the control plane issued:
+	// it changes only with the desired state.
+	ErrManaged = errors.New("apikeys: key is managed by the control plane; delete it through the management API")
 )
 
 // Reason returns a short, stable label for an authentication error, for
 // metric labels and logs: "missing", "malformed", "foreign", "unknown",
-// "revoked", "" for nil and "error" for anything else.
+// "revoked", "expired", "" for nil and "error" for anything else.
 func Reason(err error) string {
 	switch err {
 	case nil:
@@ -68,18 +72,26 @@ func Reason(err error) string {
 		return "unknown"
 	case ErrRevoked:
 		return "revoked"
+	case ErrExpired:
+		return "expired"
 	}
 	return "error"
 }
 
 // Authenticator is what the deployment API needs: check a request's
-// Authorization header and report what an authenticated request used.
-// Keyring is the real one; Static is a fake for tests.
+// Authorization header, apply the key's rate limits and report what an
+// authenticated request used. Keyring is the real one; Static is a fake
+// for tests.
 type Authenticator interface {
 	// Authenticate checks a raw Authorization header value. Any error means
 	// 401; use Reason to label it.
 	Authenticate(header []byte) (Key, error)
-	// RecordUsage adds to a key's usage totals. Unknown IDs are ignored.
+	// Admit charges one request to the key's per-minute limits and says
+	// whether it may run. A key without limits (or an unknown one) is
+	// always allowed.
+	Admit(id string) Quota
+	// RecordUsage adds to a key's usage totals, and charges the tokens to
+	// its tokens-per-minute limit. Unknown IDs are ignored.
 	RecordUsage(id string, requests, promptTokens, completionTokens int64)
 }
 
@@ -88,15 +100,31 @@ var (
 	_ Authenticator = (*Static)(nil)
 )
 
+// Key sources: made on the box (hearthd keys) or issued by the management
+// API and received with the desired state.
+const (
+	SourceLocal   = "local"
+	SourceManaged = "managed"
+)
+
 // Key describes one API key. It never holds the secret.
 type Key struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Hint      string     `json:"hint"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Hint string `json:"hint,omitempty"`
+	// Source is SourceLocal or SourceManaged.
+	Source    string     `json:"source"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	// Usage holds the key's totals in List; Authenticate leaves it zero.
-	Usage Usage `json:"usage"`
+	// ExpiresAt, if set, is when the key stops working (managed keys).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// RequestsPerMinute and TokensPerMinute limit the key; 0 is unlimited.
+	RequestsPerMinute int `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int `json:"tokens_per_minute,omitempty"`
+	// Usage and LastUsedAt hold the key's totals in List and Get;
+	// Authenticate leaves them zero.
+	Usage      Usage      `json:"usage"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 }
 
 // Revoked reports whether the key has been revoked.
@@ -117,12 +145,14 @@ type record struct {
 
 // Keyring is the set of API keys, held in memory and persisted in the store.
 //
-// Reads (Authenticate, RecordUsage) go through an immutable index behind an
-// atomic pointer, so the hot path takes no lock; writers build a new index
-// and swap it in after the change is synced to the store.
+// Reads (Authenticate, Admit, RecordUsage) go through an immutable index
+// behind an atomic pointer, so the hot path takes no lock (a limited key
+// takes its own limiter's); writers build a new index and swap it in after
+// the change is synced to the store.
 type Keyring struct {
 	st  *store.Store
 	log *slog.Logger
+	now func() time.Time
 
 	idx atomic.Pointer[index]
 
@@ -137,16 +167,22 @@ type index struct {
 }
 
 type entry struct {
-	key  Key // Usage is zero here; the live totals are in usage
+	key  Key // Usage and LastUsedAt are zero here; the live ones are in usage
 	hash [sha256.Size]byte
-	// usage is shared by every index generation, so counts recorded while
-	// a writer swaps the index are not lost.
-	usage *counters
+	// expires is key.ExpiresAt in Unix nanoseconds, 0 for never: checked
+	// on every request.
+	expires int64
+	// usage and limits are shared by every index generation, so counts
+	// recorded while a writer swaps the index are not lost. limits is nil
+	// for a key without limits.
+	usage  *counters
+	limits *limiter
 }
 
 type counters struct {
 	requests, prompt, completion atomic.Int64
-	flushed                      Usage // last persisted totals; guarded by Keyring.mu
+	lastUsed                     atomic.Int64 // Unix nanoseconds, 0 never
+	flushed                      Usage        // last persisted totals; guarded by Keyring.mu
 }
 
 func (c *counters) load() Usage {
@@ -157,34 +193,56 @@ func (c *counters) load() Usage {
 	}
 }
 
+// Options configure OpenWith.
+type Options struct {
+	// Logger receives key events (never secrets). Nil discards.
+	Logger *slog.Logger
+	// Now is the clock for expiry, rate limits and last use. Nil is
+	// time.Now.
+	Now func() time.Time
+}
+
 // Open loads every key from st. The caller keeps ownership of st and closes
 // it after Close.
 func Open(st *store.Store, logger *slog.Logger) (*Keyring, error) {
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	return OpenWith(st, Options{Logger: logger})
+}
+
+// OpenWith is Open with a clock.
+func OpenWith(st *store.Store, o Options) (*Keyring, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	ix := &index{
-		byHash: map[[sha256.Size]byte]*entry{},
-		byID:   map[string]*entry{},
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	err := store.ScanJSON(st, keyPrefix, func(k string, r record) (bool, error) {
-		e, err := entryFromRecord(k, r)
+	k := &Keyring{st: st, log: o.Logger, now: o.Now}
+	ix := newIndex()
+	err := store.ScanJSON(st, keyPrefix, func(sk string, r record) (bool, error) {
+		e, err := k.entryFromRecord(sk, r)
 		if err != nil {
 			return false, err
 		}
-		ix.byHash[e.hash] = e
-		ix.byID[e.key.ID] = e
+		ix.add(e)
 		return true, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load api keys: %w", err)
 	}
-	k := &Keyring{st: st, log: logger}
 	k.idx.Store(ix)
 	return k, nil
 }
 
-func entryFromRecord(storeKey string, r record) (*entry, error) {
+func newIndex() *index {
+	return &index{byHash: map[[sha256.Size]byte]*entry{}, byID: map[string]*entry{}}
+}
+
+func (ix *index) add(e *entry) {
+	ix.byHash[e.hash] = e
+	ix.byID[e.key.ID] = e
+}
+
+func (k *Keyring) entryFromRecord(storeKey string, r record) (*entry, error) {
 	if r.ID == "" || storeKey != keyPrefix+r.ID {
 		return nil, fmt.Errorf("api key record %q has id %q", storeKey, r.ID)
 	}
@@ -192,13 +250,31 @@ func entryFromRecord(storeKey string, r record) (*entry, error) {
 	if err != nil || len(h) != sha256.Size {
 		return nil, fmt.Errorf("api key record %q: bad hash", storeKey)
 	}
-	e := &entry{key: r.Key, usage: &counters{flushed: r.Usage}}
-	copy(e.hash[:], h)
-	e.key.Usage = Usage{}
+	if r.Source == "" {
+		r.Source = SourceLocal // written before keys had a source
+	}
+	e := k.newEntry(r.Key, [sha256.Size]byte(h), &counters{flushed: r.Usage})
 	e.usage.requests.Store(r.Usage.Requests)
 	e.usage.prompt.Store(r.Usage.PromptTokens)
 	e.usage.completion.Store(r.Usage.CompletionTokens)
+	if r.LastUsedAt != nil {
+		e.usage.lastUsed.Store(r.LastUsedAt.UnixNano())
+	}
 	return e, nil
+}
+
+// newEntry builds the index entry of key, with its live counters and a
+// limiter if it has limits.
+func (k *Keyring) newEntry(key Key, hash [sha256.Size]byte, usage *counters) *entry {
+	key.Usage, key.LastUsedAt = Usage{}, nil
+	e := &entry{key: key, hash: hash, usage: usage}
+	if key.ExpiresAt != nil {
+		e.expires = key.ExpiresAt.UnixNano()
+	}
+	if key.RequestsPerMinute > 0 || key.TokensPerMinute > 0 {
+		e.limits = newLimiter(key.RequestsPerMinute, key.TokensPerMinute, k.now())
+	}
+	return e
 }
 
 // ValidateName checks a key name: 1 to 64 printable characters, not all
@@ -232,19 +308,13 @@ func (k *Keyring) Create(name string) (string, Key, error) {
 	if err := ValidateName(name); err != nil {
 		return "", Key{}, err
 	}
-	secret, sum, err := newToken()
-	if err != nil {
-		return "", Key{}, fmt.Errorf("create api key: %w", err)
-	}
-	idRand, err := randomBase62(idChars)
-	if err != nil {
-		return "", Key{}, fmt.Errorf("create api key: %w", err)
-	}
+	secret, sum := newToken()
 	key := Key{
-		ID:        idPrefix + idRand,
+		ID:        newKeyID(),
 		Name:      name,
 		Hint:      hint(secret),
-		CreatedAt: time.Now().UTC(),
+		Source:    SourceLocal,
+		CreatedAt: k.now().UTC(),
 	}
 
 	k.mu.Lock()
@@ -255,7 +325,7 @@ func (k *Keyring) Create(name string) (string, Key, error) {
 	if err := k.st.Put(keyPrefix+key.ID, record{Key: key, SHA256: hashHex(sum)}); err != nil {
 		return "", Key{}, fmt.Errorf("create api key: %w", err)
 	}
-	k.publish(&entry{key: key, hash: sum, usage: &counters{}})
+	k.publish(k.newEntry(key, sum, &counters{}))
 	k.log.Info("api key created", "id", key.ID, "name", key.Name)
 	return secret, key, nil
 }
@@ -275,9 +345,7 @@ func (k *Keyring) List() []Key {
 	ix := k.idx.Load()
 	out := make([]Key, 0, len(ix.byID))
 	for _, e := range ix.byID {
-		key := e.key
-		key.Usage = e.usage.load()
-		out = append(out, key)
+		out = append(out, e.withUsage())
 	}
 	slices.SortFunc(out, func(a, b Key) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
@@ -294,9 +362,18 @@ func (k *Keyring) Get(id string) (Key, error) {
 	if !ok {
 		return Key{}, ErrNotFound
 	}
+	return e.withUsage(), nil
+}
+
+// withUsage is the key with its live usage totals.
+func (e *entry) withUsage() Key {
 	key := e.key
 	key.Usage = e.usage.load()
-	return key, nil
+	if ns := e.usage.lastUsed.Load(); ns != 0 {
+		t := time.Unix(0, ns).UTC()
+		key.LastUsedAt = &t
+	}
+	return key
 }
 
 // Revoke revokes a key. The revocation is synced to the store and applies to
@@ -313,18 +390,21 @@ func (k *Keyring) Revoke(id string) error {
 	if !ok {
 		return ErrNotFound
 	}
+	if e.key.Source == SourceManaged {
+		return ErrManaged
+	}
 	if e.key.Revoked() {
 		return nil
 	}
-	now := time.Now().UTC()
-	ne := &entry{key: e.key, hash: e.hash, usage: e.usage}
+	now := k.now().UTC()
+	ne := *e
 	ne.key.RevokedAt = &now
 	u := e.usage.load()
 	if err := k.st.Put(keyPrefix+id, ne.record(u)); err != nil {
 		return fmt.Errorf("revoke api key %s: %w", id, err)
 	}
 	e.usage.flushed = u
-	k.publish(ne)
+	k.publish(&ne)
 	k.log.Info("api key revoked", "id", id, "name", e.key.Name)
 	return nil
 }
@@ -332,6 +412,10 @@ func (k *Keyring) Revoke(id string) error {
 func (e *entry) record(u Usage) record {
 	r := record{Key: e.key, SHA256: hashHex(e.hash)}
 	r.Usage = u
+	if ns := e.usage.lastUsed.Load(); ns != 0 {
+		t := time.Unix(0, ns).UTC()
+		r.LastUsedAt = &t
+	}
 	return r
 }
 
@@ -354,15 +438,35 @@ func (k *Keyring) Authenticate(header []byte) (Key, error) {
 	if e.key.RevokedAt != nil {
 		return Key{}, ErrRevoked
 	}
+	if e.expires != 0 && k.now().UnixNano() >= e.expires {
+		return Key{}, ErrExpired
+	}
 	return e.key, nil
 }
 
-// RecordUsage adds to a key's usage totals. It is lock-free; totals reach the
-// store on the next Flush (Run, Close). Unknown IDs are ignored.
+// Admit implements Authenticator: a key without limits costs one map
+// lookup; a limited one takes its own limiter's lock.
+func (k *Keyring) Admit(id string) Quota {
+	e, ok := k.idx.Load().byID[id]
+	if !ok || e.limits == nil {
+		return Quota{Allowed: true}
+	}
+	return e.limits.admit(k.now())
+}
+
+// RecordUsage adds to a key's usage totals, notes its last use and charges
+// the tokens to its limit. It is lock-free for a key without a token
+// limit; totals reach the store on the next Flush (Run, Close). Unknown IDs
+// are ignored.
 func (k *Keyring) RecordUsage(id string, requests, promptTokens, completionTokens int64) {
 	e, ok := k.idx.Load().byID[id]
 	if !ok {
 		return
+	}
+	now := k.now()
+	e.usage.lastUsed.Store(now.UnixNano())
+	if e.limits != nil {
+		e.limits.charge(promptTokens+completionTokens, now)
 	}
 	if requests != 0 {
 		e.usage.requests.Add(requests)

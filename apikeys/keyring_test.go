@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -430,20 +431,13 @@ func TestRunFlushesPeriodically(t *testing.T) {
 
 	k.RecordUsage(key.ID, 1, 2, 3)
 	// The flush is periodic, so poll the store rather than the keyring.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "Run to flush the usage to the store", func() bool {
 		var r record
 		if err := st.Get(keyPrefix+key.ID, &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Usage == (Usage{Requests: 1, PromptTokens: 2, CompletionTokens: 3}) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("usage not flushed by Run; stored %+v", r.Usage)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return r.Usage == (Usage{Requests: 1, PromptTokens: 2, CompletionTokens: 3})
+	})
 
 	// Cancelling Run flushes what is left.
 	k.RecordUsage(key.ID, 1, 0, 0)

@@ -7,34 +7,59 @@ import (
 )
 
 // Static is an in-memory Authenticator for tests of the deployment API. It
-// parses headers exactly like Keyring, so it fails with the same errors, and
-// records usage so tests can check what a request was charged.
+// parses headers exactly like Keyring, so it fails with the same errors,
+// enforces rate limits with the same limiter, and records usage so tests
+// can check what a request was charged.
 type Static struct {
+	// Now is the clock of the rate limits; nil is time.Now. Set it before
+	// the first key is added.
+	Now func() time.Time
+
 	mu     sync.Mutex
 	byHash map[[sha256.Size]byte]Key
 	usage  map[string]Usage
+	limits map[string]*limiter
 }
 
 // NewStatic returns an empty Static.
 func NewStatic() *Static {
-	return &Static{byHash: map[[sha256.Size]byte]Key{}, usage: map[string]Usage{}}
+	return &Static{byHash: map[[sha256.Size]byte]Key{}, usage: map[string]Usage{}, limits: map[string]*limiter{}}
+}
+
+func (s *Static) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Add creates a key named name and returns its secret.
-func (s *Static) Add(name string) (string, Key) {
-	secret, sum, err := newToken()
-	if err != nil {
-		panic(err) // crypto/rand does not fail on supported platforms
-	}
-	id, err := randomBase62(idChars)
-	if err != nil {
-		panic(err)
-	}
-	k := Key{ID: idPrefix + id, Name: name, Hint: hint(secret), CreatedAt: time.Now().UTC()}
+func (s *Static) Add(name string) (string, Key) { return s.AddLimited(name, 0, 0) }
+
+// AddLimited creates a key with per-minute request and token limits (0:
+// unlimited) and returns its secret.
+func (s *Static) AddLimited(name string, rpm, tpm int) (string, Key) {
+	secret, sum := newToken()
+	k := Key{ID: newKeyID(), Name: name, Hint: hint(secret), Source: SourceLocal, CreatedAt: s.now().UTC(),
+		RequestsPerMinute: rpm, TokensPerMinute: tpm}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.byHash[sum] = k
+	if rpm > 0 || tpm > 0 {
+		s.limits[k.ID] = newLimiter(rpm, tpm, s.now())
+	}
 	return secret, k
+}
+
+// Admit implements Authenticator.
+func (s *Static) Admit(id string) Quota {
+	s.mu.Lock()
+	l := s.limits[id]
+	s.mu.Unlock()
+	if l == nil {
+		return Quota{Allowed: true}
+	}
+	return l.admit(s.now())
 }
 
 // Revoke revokes the key with the given id.
@@ -84,6 +109,9 @@ func (s *Static) Authenticate(header []byte) (Key, error) {
 func (s *Static) RecordUsage(id string, requests, promptTokens, completionTokens int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if l := s.limits[id]; l != nil {
+		l.charge(promptTokens+completionTokens, s.now())
+	}
 	for _, k := range s.byHash {
 		if k.ID == id {
 			u := s.usage[id]

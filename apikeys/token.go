@@ -1,10 +1,10 @@
 package apikeys
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
+
+	"github.com/hearthd/hearth/internal/ids"
 )
 
 const (
@@ -19,51 +19,16 @@ const (
 	hintChars   = 4
 
 	idPrefix = "key_"
-
-	alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 )
 
-// isBase62 is a lookup table for the token alphabet, so validating a token on
-// the hot path is one array index per byte.
-var isBase62 = func() (t [256]bool) {
-	for i := 0; i < len(alphabet); i++ {
-		t[alphabet[i]] = true
-	}
-	return t
-}()
-
-// randomBase62 returns n crypto-random characters from the base62 alphabet.
-// The standard library has no base62 encoder; rejection sampling (dropping
-// bytes ≥ 248 = 4·62) keeps every character exactly uniform.
-func randomBase62(n int) (string, error) {
-	out := make([]byte, 0, n)
-	buf := make([]byte, n+n/4+8)
-	for len(out) < n {
-		if _, err := rand.Read(buf); err != nil {
-			return "", fmt.Errorf("read random bytes: %w", err)
-		}
-		for _, b := range buf {
-			if b >= 248 {
-				continue
-			}
-			out = append(out, alphabet[b%62])
-			if len(out) == n {
-				break
-			}
-		}
-	}
-	return string(out), nil
-}
-
 // newToken returns a fresh secret token and its hash.
-func newToken() (string, [sha256.Size]byte, error) {
-	s, err := randomBase62(secretChars)
-	if err != nil {
-		return "", [sha256.Size]byte{}, err
-	}
-	tok := Prefix + s
-	return tok, sha256.Sum256([]byte(tok)), nil
+func newToken() (string, [sha256.Size]byte) {
+	tok := ids.New(Prefix, secretChars)
+	return tok, sha256.Sum256([]byte(tok))
 }
+
+// newKeyID returns a fresh key ID.
+func newKeyID() string { return ids.New(idPrefix, idChars) }
 
 // hint is the non-secret reminder shown in listings: the prefix and the last
 // few characters, enough to tell keys apart without weakening them much
@@ -101,7 +66,7 @@ func parseBearer(header []byte) ([]byte, error) {
 		return nil, ErrMalformed
 	}
 	for _, c := range tok[len(Prefix):] {
-		if !isBase62[c] {
+		if !ids.IsBase62(c) {
 			return nil, ErrMalformed
 		}
 	}

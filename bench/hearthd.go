@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // HearthdOptions start one hearthd process.
@@ -38,10 +39,14 @@ type HearthdOptions struct {
 }
 
 // Hearthd is a running hearthd process.
-type Hearthd struct {
+type Hearthd = Process
+
+// Process is a server process the bench started: hearthd or a control
+// plane replica.
+type Process struct {
 	URL string // base URL, e.g. http://127.0.0.1:41235
-	// MetricsURL is its private metrics listener, which also serves
-	// /debug/pprof/.
+	// MetricsURL is its private metrics listener (hearthd's also serves
+	// /debug/pprof/).
 	MetricsURL string
 	PID        int
 	Started    time.Time // when the process was started
@@ -54,19 +59,6 @@ type Hearthd struct {
 
 	stopOnce sync.Once
 	stopErr  error
-}
-
-// FreePort returns a loopback address with a port that was free a moment ago.
-func FreePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find free port: %w", err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		return "", fmt.Errorf("find free port: %w", err)
-	}
-	return addr, nil
 }
 
 // CreateKey makes an API key with `hearthd keys create` on a stopped
@@ -87,13 +79,13 @@ func CreateKey(ctx context.Context, bin, stateDir, name string) (string, error) 
 
 // StartHearthd starts `hearthd serve` and waits until /readyz answers 200.
 func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
-	addr, err := FreePort()
+	addr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	// A port of its own: the default metrics port may be taken by another
 	// hearthd on the machine.
-	maddr, err := FreePort()
+	maddr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -109,16 +101,31 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 		args = append(args, "--max-queue", strconv.Itoa(o.MaxQueue))
 	}
 	args = append(args, o.Extra...)
+	h, err := startProcess(ctx, o.Bin, args, nil, o.Log, "http://"+addr, "/readyz", o.ReadyTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("hearthd: %w", err)
+	}
+	h.MetricsURL = "http://" + maddr
+	return h, nil
+}
+
+// startProcess starts bin with args and env (added to this process's
+// environment) and waits until url+readyPath answers 200. The process's
+// output goes to log (nil discards it).
+func startProcess(ctx context.Context, bin string, args, env []string, log io.Writer, url, readyPath string, timeout time.Duration) (*Process, error) {
 	// Not CommandContext: the process must outlive the start-up context and
 	// is stopped by Stop.
-	cmd := exec.Command(o.Bin, args...)
-	cmd.Stdout = o.Log
-	cmd.Stderr = o.Log
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = log
+	cmd.Stderr = log
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	h := &Hearthd{URL: "http://" + addr, MetricsURL: "http://" + maddr, cmd: cmd, exited: make(chan error, 1), done: make(chan struct{})}
+	h := &Process{URL: url, cmd: cmd, exited: make(chan error, 1), done: make(chan struct{})}
 	h.Started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start hearthd: %w", err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	h.PID = cmd.Process.Pid
 	go func() {
@@ -127,9 +134,9 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 		close(h.done)
 		h.exited <- err
 	}()
-	if err := waitReady(ctx, h.URL+"/readyz", o.ReadyTimeout, h.exited); err != nil {
+	if err := waitReady(ctx, url+readyPath, timeout, h.exited); err != nil {
 		_ = h.Stop()
-		return nil, fmt.Errorf("hearthd not ready: %w", err)
+		return nil, fmt.Errorf("not ready: %w", err)
 	}
 	h.Ready = time.Now()
 	return h, nil
@@ -166,7 +173,7 @@ func waitReady(ctx context.Context, url string, timeout time.Duration, exited <-
 }
 
 // Exited reports whether the process has ended (by itself or by Stop).
-func (h *Hearthd) Exited() bool {
+func (h *Process) Exited() bool {
 	select {
 	case <-h.done:
 		return true
@@ -177,20 +184,20 @@ func (h *Hearthd) Exited() bool {
 
 // Stop sends SIGTERM, waits up to 10 s, then kills. Calling it again
 // returns the first call's result.
-func (h *Hearthd) Stop() error {
+func (h *Process) Stop() error {
 	h.stopOnce.Do(func() {
 		_ = h.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-h.done:
 			var exit *exec.ExitError
 			if err := h.exitErr; err != nil && !errors.As(err, &exit) {
-				h.stopErr = fmt.Errorf("wait for hearthd: %w", err)
+				h.stopErr = fmt.Errorf("wait for %s: %w", h.cmd.Path, err)
 			}
 		case <-time.After(10 * time.Second):
-			slog.Warn("hearthd did not stop on SIGTERM; killing", "pid", h.PID)
+			slog.Warn("process did not stop on SIGTERM; killing", "pid", h.PID, "bin", h.cmd.Path)
 			_ = h.cmd.Process.Kill()
 			<-h.done
-			h.stopErr = errors.New("hearthd did not stop within 10s of SIGTERM")
+			h.stopErr = fmt.Errorf("%s did not stop within 10s of SIGTERM", h.cmd.Path)
 		}
 	})
 	return h.stopErr

@@ -60,6 +60,7 @@ type Mock struct {
 	// Counters the suite checks relay completeness against.
 	requests atomic.Int64
 	tokens   atomic.Int64
+	active   atomic.Int64 // generations being answered now
 }
 
 // NewMock returns a mock serving model (a bare name gets the tag "latest").
@@ -101,11 +102,15 @@ func (m *Mock) SetConfig(c MockConfig) {
 type MockStats struct {
 	Requests int64 `json:"requests"`
 	Tokens   int64 `json:"tokens"`
+	// Active is how many generations are being answered now: one ends when
+	// it is complete or its client went away, so tests see a relay cancel
+	// its upstream request.
+	Active int64 `json:"active"`
 }
 
 // Stats returns the generation counters.
 func (m *Mock) Stats() MockStats {
-	return MockStats{Requests: m.requests.Load(), Tokens: m.tokens.Load()}
+	return MockStats{Requests: m.requests.Load(), Tokens: m.tokens.Load(), Active: m.active.Load()}
 }
 
 func (m *Mock) matches(name string) bool {
@@ -259,6 +264,8 @@ func (m *Mock) chat(w http.ResponseWriter, r *http.Request) {
 		promptTokens: promptTokens(req.Messages),
 	}
 	m.requests.Add(1)
+	m.active.Add(1)
+	defer m.active.Add(-1)
 	if req.Stream != nil && !*req.Stream {
 		m.chatWhole(w, r.Context(), req.Model, &g)
 		return
@@ -504,6 +511,8 @@ func (m *Mock) openAIChat(w http.ResponseWriter, r *http.Request) {
 	}
 	g := generation{cfg: cfg, n: n, reason: reason, start: start, promptTokens: promptTokens(req.Messages)}
 	m.requests.Add(1)
+	m.active.Add(1)
+	defer m.active.Add(-1)
 	id := "chatcmpl-" + strconv.Itoa(rand.IntN(999))
 	if !req.Stream {
 		m.openAIWhole(w, r.Context(), id, req.Model, &g)

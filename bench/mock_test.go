@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ollama/ollama/api"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // The native stream must be what encoding/json makes of api.ChatResponse,
@@ -113,9 +115,32 @@ func TestMockWithOllamaClient(t *testing.T) {
 		final.PromptEvalCount == 0 || final.EvalDuration <= 0 || final.TotalDuration <= 0 {
 		t.Fatalf("stream: %d lines, content %q, final %+v", n, content.String(), final)
 	}
-	if got := m.Stats(); got.Requests != 1 || got.Tokens != 3 {
+	if got := m.Stats(); got.Requests != 1 || got.Tokens != 3 || got.Active != 0 {
 		t.Fatalf("stats = %+v", got)
 	}
+}
+
+// A generation counts as active until its client goes away.
+func TestMockActiveEndsWithTheClient(t *testing.T) {
+	m := startTestMock(t, MockConfig{Tokens: 1 << 30})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", m.URL+"/api/chat",
+		strings.NewReader(`{"model":"bench","messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Stats().Active; got != 1 {
+		t.Fatalf("active while streaming = %d, want 1", got)
+	}
+	cancel()
+	// The handler notices the closed connection on its own time.
+	testutil.WaitFor(t, 10*time.Second, "the generation to end with its client", func() bool { return m.Stats().Active == 0 })
 }
 
 func TestMockOpenAIStream(t *testing.T) {

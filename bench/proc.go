@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/hearthd/hearth/internal/proctest"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat. The kernel fixes it
@@ -24,28 +26,9 @@ type ProcSample struct {
 // ReadProc samples process pid from /proc.
 func ReadProc(pid int) (ProcSample, error) {
 	s := ProcSample{Taken: time.Now()}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	ticks, err := proctest.CPUTicks(pid)
 	if err != nil {
-		return s, fmt.Errorf("read stat: %w", err)
-	}
-	// The command name (field 2) may contain spaces and parentheses; the
-	// fields after it are counted from its last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return s, fmt.Errorf("parse /proc/%d/stat: no command name", pid)
-	}
-	fields := bytes.Fields(stat[i+1:])
-	// fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(fields) < 13 {
-		return s, fmt.Errorf("parse /proc/%d/stat: %d fields", pid, len(fields))
-	}
-	var ticks int64
-	for _, f := range fields[11:13] {
-		v, err := strconv.ParseInt(string(f), 10, 64)
-		if err != nil {
-			return s, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-		}
-		ticks += v
+		return s, err
 	}
 	s.CPU = time.Duration(ticks) * time.Second / userHZ
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

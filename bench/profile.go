@@ -34,29 +34,7 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 			return
 		}
 		get := func(path, file string) error {
-			ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+path, nil)
-			if err != nil {
-				return fmt.Errorf("profile request: %w", err)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return fmt.Errorf("get %s: %w", path, err)
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("get %s: status %s", path, resp.Status)
-			}
-			f, err := os.Create(filepath.Join(dir, sc.Name+"."+file))
-			if err != nil {
-				return fmt.Errorf("profile file: %w", err)
-			}
-			if _, err := io.Copy(f, resp.Body); err != nil {
-				f.Close()
-				return fmt.Errorf("save %s: %w", path, err)
-			}
-			return f.Close()
+			return fetchProfile(ctx, metricsURL+path, filepath.Join(dir, sc.Name+"."+file), time.Duration(secs)*time.Second+30*time.Second)
 		}
 		err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof")
 		if err == nil {
@@ -68,4 +46,32 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 		done <- err
 	}()
 	return func() error { return <-done }
+}
+
+// fetchProfile saves what url (a /debug/pprof/ endpoint) answers to file,
+// waiting at most timeout.
+func fetchProfile(ctx context.Context, url, file string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fmt.Errorf("profile request: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("get %s: status %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("profile file: %w", err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("save %s: %w", url, err)
+	}
+	return f.Close()
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
-	"github.com/hearthd/hearth/runtime/tinymodel"
+	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 // Ollama is a private `ollama serve` on loopback.
@@ -30,7 +31,7 @@ type Ollama struct {
 // StartOllama starts bin serve on a free loopback port with its models and
 // keys under dir, and waits until it answers.
 func StartOllama(ctx context.Context, bin, dir string, log io.Writer) (*Ollama, error) {
-	addr, err := FreePort()
+	addr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +132,37 @@ func (r *RealResult) Markdown() string {
 	return b.String()
 }
 
+// aggregate sets the aggregates over r.Rounds.
+func (r *RealResult) aggregate() {
+	var dTok, tTok, dSec, tSec, dTTFT, tTTFT, hCPU float64
+	r.Errors = 0
+	for _, round := range r.Rounds {
+		dTok += float64(round.Direct.Tokens)
+		tTok += float64(round.Through.Tokens)
+		dSec += round.Direct.ElapsedS
+		tSec += round.Through.ElapsedS
+		dTTFT += round.Direct.TTFT.P50
+		tTTFT += round.Through.TTFT.P50
+		hCPU += round.Through.HearthdCPUS
+		r.Errors += round.Direct.Errors + round.Through.Errors
+	}
+	if len(r.Rounds) == 0 {
+		return
+	}
+	n := float64(len(r.Rounds))
+	if dSec > 0 && tSec > 0 {
+		r.DirectTokensPS, r.ThroughTokensPS = dTok/dSec, tTok/tSec
+		r.TokensPSRatio = r.ThroughTokensPS / r.DirectTokensPS
+	}
+	if tTok > 0 {
+		r.HearthdCPUusPerToken = hCPU / tTok * 1e6
+	}
+	r.DirectTTFTP50, r.ThroughTTFTP50 = dTTFT/n, tTTFT/n
+	if dTTFT > 0 {
+		r.TTFTRatio = tTTFT / dTTFT
+	}
+}
+
 // RunReal starts Ollama with the tiny model and hearthd in front of it and
 // drives the same prompts at both.
 func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
@@ -198,7 +230,6 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 			return nil, fmt.Errorf("warm up: %w", err)
 		}
 	}
-	var dTok, tTok, dSec, tSec, dTTFT, tTTFT, hCPU float64
 	for i := range max(o.Rounds, 1) {
 		var round RealRound
 		measure := func(lc LoadConfig, hpid int) (Side, error) { return MeasureSide(ctx, lc, ol.PID, hpid) }
@@ -215,27 +246,8 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 			return nil, fmt.Errorf("real round %d: %w", i, err)
 		}
 		res.Rounds = append(res.Rounds, round)
-		dTok += float64(round.Direct.Tokens)
-		tTok += float64(round.Through.Tokens)
-		dSec += round.Direct.ElapsedS
-		tSec += round.Through.ElapsedS
-		dTTFT += round.Direct.TTFT.P50
-		tTTFT += round.Through.TTFT.P50
-		hCPU += round.Through.HearthdCPUS
-		res.Errors += round.Direct.Errors + round.Through.Errors
 	}
-	n := float64(len(res.Rounds))
-	if dSec > 0 && tSec > 0 {
-		res.DirectTokensPS, res.ThroughTokensPS = dTok/dSec, tTok/tSec
-		res.TokensPSRatio = res.ThroughTokensPS / res.DirectTokensPS
-	}
-	if tTok > 0 {
-		res.HearthdCPUusPerToken = hCPU / tTok * 1e6
-	}
-	res.DirectTTFTP50, res.ThroughTTFTP50 = dTTFT/n, tTTFT/n
-	if dTTFT > 0 {
-		res.TTFTRatio = tTTFT / dTTFT
-	}
+	res.aggregate()
 	if o.ColdRuns > 0 {
 		if err := h.Stop(); err != nil {
 			return nil, err

@@ -60,16 +60,21 @@ func us(v float64) string {
 	}
 }
 
+// writeRunHeader writes when and where a run was measured, and how.
+func writeRunHeader(b *strings.Builder, started time.Time, m Machine, command string) {
+	if !started.IsZero() {
+		fmt.Fprintf(b, "Run %s on %d × %s, Linux %s, %s.\n\n", started.UTC().Format(time.RFC3339),
+			m.NProc, m.CPU, m.Kernel, m.Go)
+	}
+	if command != "" {
+		fmt.Fprintf(b, "Command: `%s`\n\n", command)
+	}
+}
+
 // Markdown renders the report's tables.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	if !r.Started.IsZero() {
-		fmt.Fprintf(&b, "Run %s on %d × %s, Linux %s, %s.\n\n", r.Started.UTC().Format(time.RFC3339),
-			r.Machine.NProc, r.Machine.CPU, r.Machine.Kernel, r.Machine.Go)
-	}
-	if r.Command != "" {
-		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
-	}
+	writeRunHeader(&b, r.Started, r.Machine, r.Command)
 	if len(r.Scenarios) > 0 {
 		b.WriteString("| scenario | load | TTFT p50 direct / through | TTFT p99 direct / through | added TTFT p50 / p99 | inter-token p99 direct / through | completions/s direct / through | tokens/s direct / through | hearthd CPU-s per 1M tokens | hearthd RSS peak / HWM MiB | errors direct / through | CPU-µs/token hearthd / mock / loadgen |\n")
 		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -123,17 +128,22 @@ func (r *Report) Markdown() string {
 // Write stores the report as JSON and Markdown in dir, named by its start
 // time, and as latest.json / latest.md.
 func (r *Report) Write(dir string) (string, error) {
+	return writeResults(dir, "", r.Started, r, r.Markdown())
+}
+
+// writeResults stores v as JSON and md in dir as <prefix><time>.json|md and
+// <prefix>latest.json|md, and returns the path of the Markdown file.
+func writeResults(dir, prefix string, started time.Time, v any, md string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
-	js, err := json.MarshalIndent(r, "", "  ")
+	js, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("encode report: %w", err)
 	}
-	md := []byte(r.Markdown())
-	stamp := r.Started.UTC().Format("20060102T150405Z")
+	stamp := prefix + started.UTC().Format("20060102T150405Z")
 	for name, data := range map[string][]byte{
-		stamp + ".json": js, stamp + ".md": md, "latest.json": js, "latest.md": md,
+		stamp + ".json": js, stamp + ".md": []byte(md), prefix + "latest.json": js, prefix + "latest.md": []byte(md),
 	} {
 		if err := writeFile(filepath.Join(dir, name), bytes.TrimRight(data, "\n")); err != nil {
 			return "", err

@@ -7,22 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"time"
 
+	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/store"
 )
-
-// NewAPIToken is a freshly made management API token. Token is shown once;
-// only its hash is stored.
-type NewAPIToken struct {
-	ID    string `json:"id"`
-	Name  string `json:"name"`
-	Token string `json:"token"`
-}
 
 // NewEnrollmentToken is a freshly made enrollment token. It may enroll Uses
 // nodes until ExpiresAt.
@@ -42,28 +33,9 @@ type NodeInfo struct {
 	Revision uint64            `json:"revision"`
 	Observed *nodeapi.Observed `json:"observed,omitempty"`
 	LastSeen time.Time         `json:"last_seen"`
-}
-
-// CreateAPIToken stores a new management API token. It works on the store
-// directly, so the CLI can use it while the server is down; a running
-// server does the same through its admin socket.
-func CreateAPIToken(st *store.Store, name string, now time.Time) (NewAPIToken, error) {
-	if !validName(name) {
-		return NewAPIToken{}, fmt.Errorf("token name must be 1 to %d characters without control characters", maxKeyNameLen)
-	}
-	id, err := newID(prefixAPIToken)
-	if err != nil {
-		return NewAPIToken{}, err
-	}
-	tok, err := newSecret(secretAPIToken)
-	if err != nil {
-		return NewAPIToken{}, err
-	}
-	h := hashSecret(tok)
-	if err := st.Put(pfxAPIToken+h, tokenRec{ID: id, Name: name, Hash: h, CreatedAt: now.UTC()}); err != nil {
-		return NewAPIToken{}, fmt.Errorf("store API token: %w", err)
-	}
-	return NewAPIToken{ID: id, Name: name, Token: tok}, nil
+	// WipePending: the node's server is gone but the node has not yet
+	// reported its wipe, so it is out of the pool.
+	WipePending bool `json:"wipe_pending,omitempty"`
 }
 
 // CreateEnrollmentToken stores a new enrollment token good for uses
@@ -75,14 +47,7 @@ func CreateEnrollmentToken(st *store.Store, uses int, ttl time.Duration, now tim
 	if ttl <= 0 {
 		return NewEnrollmentToken{}, errors.New("an enrollment token needs a positive lifetime")
 	}
-	id, err := newID(prefixEnrollment)
-	if err != nil {
-		return NewEnrollmentToken{}, err
-	}
-	tok, err := newSecret(secretEnrollment)
-	if err != nil {
-		return NewEnrollmentToken{}, err
-	}
+	id, tok := newID(prefixEnrollment), newSecret(secretEnrollment)
 	h := hashSecret(tok)
 	rec := enrollmentRec{ID: id, Hash: h, UsesLeft: uses, ExpiresAt: now.UTC().Add(ttl), CreatedAt: now.UTC()}
 	if err := st.Put(pfxEnrollment+h, rec); err != nil {
@@ -96,7 +61,7 @@ func ListNodes(st *store.Store) ([]NodeInfo, error) {
 	out := []NodeInfo{}
 	err := store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) {
 		out = append(out, NodeInfo{ID: n.ID, Hostname: n.Hostname, Hardware: n.Hardware, ServerID: n.ServerID,
-			Revision: n.Revision, Observed: n.Observed, LastSeen: n.LastSeen})
+			Revision: n.Revision, Observed: n.Observed, LastSeen: n.LastSeen, WipePending: n.WipePending})
 		return true, nil
 	})
 	if err != nil {
@@ -105,9 +70,9 @@ func ListNodes(st *store.Store) ([]NodeInfo, error) {
 	return out, nil
 }
 
-// AdminTokenRequest and AdminEnrollmentRequest are the admin socket's
-// request bodies.
-type AdminTokenRequest struct {
+// AdminProjectRequest and AdminEnrollmentRequest are admin socket request
+// bodies; POST /admin/tokens takes a TokenSpec.
+type AdminProjectRequest struct {
 	Name string `json:"name"`
 }
 
@@ -116,23 +81,58 @@ type AdminEnrollmentRequest struct {
 	TTLSeconds float64 `json:"ttl_seconds"`
 }
 
-// AdminHandler serves the local admin socket: token creation and the node
-// list while the server holds the store. It has no authentication of its
-// own; the socket's file mode (0600) is the access control.
+// AdminHandler serves the local admin socket while the server holds the
+// store: projects, tokens, enrollment tokens and the node list. It has no
+// authentication of its own; the socket's file mode (0600) is the access
+// control. Changes take the server's change lock, like API requests.
 func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /admin/tokens", func(w http.ResponseWriter, r *http.Request) {
-		var req AdminTokenRequest
+	mux.HandleFunc("POST /admin/projects", func(w http.ResponseWriter, r *http.Request) {
+		var req AdminProjectRequest
 		if e := decodeJSON(r, &req); e != nil {
 			writeError(w, e)
 			return
 		}
-		t, err := CreateAPIToken(s.st, req.Name, s.now())
-		if err != nil {
-			writeError(w, invalid("name", "%v", err))
+		s.mu.Lock()
+		p, err := CreateProject(s.st, req.Name, s.now())
+		s.mu.Unlock()
+		if err == nil {
+			s.projMu.Lock()
+			s.projNames[p.ID] = p.Name
+			s.projMu.Unlock()
+		}
+		s.adminAnswer(w, http.StatusCreated, p, err)
+	})
+	mux.HandleFunc("GET /admin/projects", func(w http.ResponseWriter, r *http.Request) {
+		p, err := ListProjects(s.st)
+		s.adminAnswer(w, http.StatusOK, p, err)
+	})
+	mux.HandleFunc("POST /admin/tokens", func(w http.ResponseWriter, r *http.Request) {
+		var req TokenSpec
+		if e := decodeJSON(r, &req); e != nil {
+			writeError(w, e)
 			return
 		}
-		writeJSON(w, http.StatusCreated, t)
+		s.mu.Lock()
+		t, err := CreateToken(s.st, req, s.now())
+		s.mu.Unlock()
+		s.adminAnswer(w, http.StatusCreated, t, err)
+	})
+	mux.HandleFunc("GET /admin/tokens", func(w http.ResponseWriter, r *http.Request) {
+		tokens, err := ListTokens(s.st, r.URL.Query().Get("project"))
+		if err == nil {
+			s.withLastUse(tokens)
+		}
+		s.adminAnswer(w, http.StatusOK, tokens, err)
+	})
+	mux.HandleFunc("DELETE /admin/tokens/{id}", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		err := RevokeToken(s.st, r.PathValue("id"))
+		s.mu.Unlock()
+		if err == nil {
+			s.forgetToken(r.PathValue("id"))
+		}
+		s.adminAnswer(w, http.StatusNoContent, nil, err)
 	})
 	mux.HandleFunc("POST /admin/enrollment-tokens", func(w http.ResponseWriter, r *http.Request) {
 		var req AdminEnrollmentRequest
@@ -149,31 +149,39 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /admin/nodes", func(w http.ResponseWriter, r *http.Request) {
 		nodes, err := ListNodes(s.st)
-		if err != nil {
-			s.nodeInternal(w, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, nodes)
+		s.adminAnswer(w, http.StatusOK, nodes, err)
 	})
 	return s.frame(mux)
 }
 
-// ListenAdmin listens on a unix socket at path readable only by its owner,
-// replacing a stale socket file.
-func ListenAdmin(path string) (net.Listener, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale admin socket: %w", err)
+// adminAnswer writes an operator command's result, or its error with the
+// status that names it.
+func (s *Server) adminAnswer(w http.ResponseWriter, status int, v any, err error) {
+	switch {
+	case err == nil && status == http.StatusNoContent:
+		w.WriteHeader(status)
+	case err == nil:
+		writeJSON(w, status, v)
+	case errors.Is(err, ErrUnknownProject), errors.Is(err, ErrUnknownToken):
+		writeError(w, notFound("", "%v", err))
+	case errors.Is(err, ErrProjectExists):
+		writeError(w, conflict("name", "%v", err))
+	case errors.Is(err, ErrInvalid):
+		writeError(w, invalid("", "%v", err))
+	default:
+		s.log.Error("admin request failed", "request_id", w.Header().Get("X-Request-Id"), "err", err)
+		writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on admin socket %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("restrict admin socket: %w", err)
-	}
-	return ln, nil
 }
+
+// AdminError is the running server refusing an operator command; Message
+// says why (the same text the command gives when the server is down).
+type AdminError struct {
+	Status  int
+	Message string
+}
+
+func (e *AdminError) Error() string { return e.Message }
 
 // ErrAdminUnavailable means no server is listening on the admin socket.
 var ErrAdminUnavailable = errors.New("control plane admin socket not available")
@@ -182,13 +190,7 @@ var ErrAdminUnavailable = errors.New("control plane admin socket not available")
 // returns ErrAdminUnavailable (wrapped) when nothing listens there, so the
 // caller can fall back to opening the store itself.
 func AdminCall(ctx context.Context, socketPath, method, path string, in, out any) error {
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
-	}}
-	defer hc.CloseIdleConnections()
+	hc := adminsock.Client(socketPath)
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -203,8 +205,7 @@ func AdminCall(ctx context.Context, socketPath, method, path string, in, out any
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		var op *net.OpError
-		if errors.As(err, &op) && op.Op == "dial" {
+		if errors.Is(err, adminsock.ErrNotRunning) {
 			return fmt.Errorf("%w: %v", ErrAdminUnavailable, err)
 		}
 		return fmt.Errorf("admin request: %w", err)
@@ -217,7 +218,7 @@ func AdminCall(ctx context.Context, socketPath, method, path string, in, out any
 	if resp.StatusCode >= 300 {
 		var eb nodeapi.ErrorBody
 		_ = json.Unmarshal(raw, &eb)
-		return fmt.Errorf("admin request refused (%d): %s", resp.StatusCode, eb.Error.Message)
+		return &AdminError{Status: resp.StatusCode, Message: eb.Error.Message}
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -23,8 +24,12 @@ type reqCtx struct {
 	s         *Server
 	requestID string
 	tokenID   string
-	now       time.Time
-	m         *mutation
+	// project is the token's project: every record the request reads or
+	// writes is looked up in its key space, pk.
+	project string
+	pk      projectKeys
+	now     time.Time
+	m       *mutation
 }
 
 // mutation returns the request's change, starting it on first use. The
@@ -40,6 +45,9 @@ func (rc *reqCtx) mutation() *mutation {
 type result struct {
 	status int
 	body   any // nil for 204
+	// replay, if set, is what an Idempotency-Key replay answers instead of
+	// body: an answer that shows a secret once must not be stored.
+	replay any
 }
 
 type apiFunc func(r *http.Request, rc *reqCtx) (result, error)
@@ -52,37 +60,22 @@ const maxIdempotencyKeyLen = 255
 // can be lost.
 func (s *Server) api(h apiFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, aerr := s.authenticate(r)
-		if aerr != nil {
-			writeError(w, aerr)
+		tok, ok := s.gate(w, r)
+		if !ok {
 			return
 		}
-		if wait, ok := s.admit(tok.ID); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-			writeError(w, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
-				message: "too many requests for this API token; retry after the Retry-After delay"})
+		if tok.Scope != ScopeReadWrite && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, &apiError{status: http.StatusForbidden, code: CodeForbidden,
+				message: "this API token is read-only: it may only read (GET) its project"})
 			return
 		}
-		rc := &reqCtx{s: s, requestID: w.Header().Get("X-Request-Id"), tokenID: tok.ID}
+		rc := &reqCtx{s: s, requestID: w.Header().Get("X-Request-Id"), tokenID: tok.ID,
+			project: tok.Project, pk: keysOf(tok.Project)}
 
-		var idemKey, reqHash string
-		if r.Method == http.MethodPost {
-			// Read the whole body before taking the lock so a slow client
-			// cannot stall every other change.
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
-				writeError(w, decodeError(err))
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			if idemKey = r.Header.Get("Idempotency-Key"); idemKey != "" || len(r.Header.Values("Idempotency-Key")) > 0 {
-				if e := checkIdempotencyKey(idemKey); e != nil {
-					writeError(w, e)
-					return
-				}
-				sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + string(body)))
-				reqHash = hex.EncodeToString(sum[:])
-			}
+		idemKey, reqHash, ierr := readIdempotency(r)
+		if ierr != nil {
+			writeError(w, ierr)
+			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			s.mu.Lock()
@@ -125,35 +118,83 @@ func (s *Server) api(h apiFunc) http.HandlerFunc {
 			s.internal(w, rc, err)
 			return
 		}
-		var out []byte
-		if res.body != nil {
-			if out, err = json.Marshal(res.body); err != nil {
-				if rc.m != nil {
-					rc.m.discard()
-				}
-				s.internal(w, rc, err)
-				return
-			}
-		}
-		// Only successful answers are remembered: a request refused for
-		// validation or capacity may be retried with the same key.
-		if idemKey != "" && res.status < 300 {
-			if err := rc.mutation().put(idemStoreKey, idempotencyRec{
-				RequestHash: reqHash, Status: res.status, Body: out, ExpiresAt: rc.now.Add(s.cfg.IdempotencyTTL),
-			}); err != nil {
-				rc.m.discard()
-				s.internal(w, rc, err)
-				return
-			}
-		}
-		if rc.m != nil {
-			if err := rc.m.commit(); err != nil {
-				s.internal(w, rc, err)
-				return
-			}
+		out, err := s.finish(rc, res, idemStoreKey, reqHash, idemKey != "")
+		if err != nil {
+			s.internal(w, rc, err)
+			return
 		}
 		writeRaw(w, res.status, out)
 	}
+}
+
+// finish encodes a successful answer and commits the request's change,
+// with the answer to replay for its Idempotency-Key if it has one. Only
+// successful answers are remembered: a request refused for validation or
+// capacity may be retried with the same key. On error nothing is committed.
+func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) ([]byte, error) {
+	out, err := encodeBody(res.body)
+	if err == nil && remember && res.status < 300 {
+		kept := out
+		if res.replay != nil {
+			kept, err = encodeBody(res.replay)
+		}
+		if err == nil {
+			err = rc.mutation().put(idemStoreKey, idempotencyRec{
+				RequestHash: reqHash, Status: res.status, Body: kept, ExpiresAt: rc.now.Add(s.cfg.IdempotencyTTL),
+			})
+		}
+	}
+	if err != nil {
+		if rc.m != nil {
+			rc.m.discard()
+		}
+		return nil, err
+	}
+	if rc.m != nil {
+		if err := rc.m.commit(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// encodeBody is an answer's JSON; nil for none (204).
+func encodeBody(body any) ([]byte, error) {
+	if body == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode answer: %w", err)
+	}
+	return b, nil
+}
+
+// readIdempotency reads a POST's or PATCH's whole body, before the caller
+// takes the lock so that a slow client cannot stall every other change, and
+// returns a POST's Idempotency-Key, if any, with the hash of the request the
+// key stands for. PATCH takes no key: it is idempotent.
+func readIdempotency(r *http.Request) (key, hash string, _ *apiError) {
+	if r.Method != http.MethodPost && r.Method != http.MethodPatch {
+		return "", "", nil
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return "", "", decodeError(err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if r.Method == http.MethodPatch {
+		return "", "", nil
+	}
+	key = r.Header.Get("Idempotency-Key")
+	if key == "" && len(r.Header.Values("Idempotency-Key")) == 0 {
+		return "", "", nil
+	}
+	if e := checkIdempotencyKey(key); e != nil {
+		return "", "", e
+	}
+	sum := sha256.Sum256([]byte(r.Method + " " + r.URL.Path + "\n" + string(body)))
+	return key, hex.EncodeToString(sum[:]), nil
 }
 
 func checkIdempotencyKey(k string) *apiError {
@@ -200,27 +241,99 @@ func (s *Server) authenticate(r *http.Request) (tokenRec, *apiError) {
 		}
 		return tokenRec{}, errUnauthorized
 	}
-	if !hashesEqual(tok.Hash, h) {
+	if !hashesEqual(tok.Hash, h) || tok.Project == "" {
 		return tokenRec{}, errUnauthorized
 	}
 	return tok, nil
 }
 
-// admit takes one request from the token's bucket, or reports how long
-// until one is available.
-func (s *Server) admit(tokenID string) (time.Duration, bool) {
+// gate lets a management request in: a valid token, with a request left in
+// its bucket. Every answer it lets through, and its 429, carries the
+// bucket's RateLimit-* headers; on refusal it has written the answer.
+func (s *Server) gate(w http.ResponseWriter, r *http.Request) (tokenRec, bool) {
+	tok, aerr := s.authenticate(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return tok, false
+	}
+	now := s.cfg.Now()
+	s.noteTokenUse(tok.ID, now)
+	q := s.admit(tok.ID, now)
+	h := w.Header()
+	h.Set("RateLimit-Limit", strconv.Itoa(s.cfg.RateBurst))
+	h.Set("RateLimit-Remaining", strconv.Itoa(q.remaining))
+	h.Set("RateLimit-Reset", strconv.FormatInt(q.reset, 10))
+	if q.wait > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(math.Ceil(q.wait.Seconds()))))
+		writeError(w, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+			message: "too many requests for this API token; retry after the Retry-After delay"})
+		return tok, false
+	}
+	return tok, true
+}
+
+// quota is a token's bucket after a request: wait > 0 if the request was
+// refused (how long until it would be admitted), the requests left, and
+// the Unix time (seconds, rounded up) at which the bucket is full again.
+type quota struct {
+	wait      time.Duration
+	remaining int
+	reset     int64
+}
+
+// admit takes one request from the token's bucket at now.
+func (s *Server) admit(tokenID string, now time.Time) quota {
+	return s.admitIn(tokenID, now, s.cfg.RateLimit, s.cfg.RateBurst)
+}
+
+// admitIn takes one request at now from the bucket named key, made with
+// limit and burst on first use.
+func (s *Server) admitIn(key string, now time.Time, limit float64, burst int) quota {
 	s.limMu.Lock()
-	lim, ok := s.limiters[tokenID]
+	lim, ok := s.limiters[key]
 	if !ok {
-		lim = rate.NewLimiter(rate.Limit(s.cfg.RateLimit), s.cfg.RateBurst)
-		s.limiters[tokenID] = lim
+		lim = rate.NewLimiter(rate.Limit(limit), burst)
+		s.limiters[key] = lim
 	}
 	s.limMu.Unlock()
-	now := time.Now()
+	var q quota
 	res := lim.ReserveN(now, 1)
 	if d := res.DelayFrom(now); d > 0 {
 		res.CancelAt(now)
-		return d, false
+		q.wait = d
 	}
-	return 0, true
+	left := max(lim.TokensAt(now), 0)
+	q.remaining = int(left)
+	empty := float64(burst) - left
+	q.reset = int64(math.Ceil(float64(now.UnixNano())/1e9 + empty/limit))
+	return q
+}
+
+// noteTokenUse remembers a token's last use in memory; the sweep persists
+// it, so a request costs no write.
+func (s *Server) noteTokenUse(id string, at time.Time) {
+	s.tokMu.Lock()
+	s.tokUsed[id] = at.UTC()
+	s.tokMu.Unlock()
+}
+
+// withLastUse fills in the last uses not yet persisted.
+func (s *Server) withLastUse(tokens []TokenInfo) {
+	s.tokMu.Lock()
+	defer s.tokMu.Unlock()
+	for i, t := range tokens {
+		if at, ok := s.tokUsed[t.ID]; ok && (t.LastUsedAt == nil || at.After(*t.LastUsedAt)) {
+			tokens[i].LastUsedAt = &at
+		}
+	}
+}
+
+// forgetToken drops a revoked token's bucket and unpersisted last use.
+func (s *Server) forgetToken(id string) {
+	s.limMu.Lock()
+	delete(s.limiters, id)
+	s.limMu.Unlock()
+	s.tokMu.Lock()
+	delete(s.tokUsed, id)
+	s.tokMu.Unlock()
 }

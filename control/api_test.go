@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/control"
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/nodeapi"
 )
 
@@ -23,7 +25,9 @@ func TestAuth(t *testing.T) {
 		{"GET", "/v1/servers"}, {"POST", "/v1/servers"}, {"GET", "/v1/servers/srv_x"}, {"DELETE", "/v1/servers/srv_x"},
 		{"GET", "/v1/ssh-keys"}, {"POST", "/v1/ssh-keys"}, {"DELETE", "/v1/ssh-keys/sk_x"},
 		{"GET", "/v1/servers/srv_x/firewall-rules"}, {"POST", "/v1/servers/srv_x/firewall-rules"},
-		{"DELETE", "/v1/servers/srv_x/firewall-rules/fw_x"},
+		{"DELETE", "/v1/servers/srv_x/firewall-rules/fw_x"}, {"PATCH", "/v1/servers/srv_x"},
+		{"GET", "/v1/servers/srv_x/api-keys"}, {"POST", "/v1/servers/srv_x/api-keys"},
+		{"GET", "/v1/servers/srv_x/api-keys/dk_x"}, {"DELETE", "/v1/servers/srv_x/api-keys/dk_x"},
 	}
 	other := "hct_" + strings.Repeat("A", 40)
 	for _, p := range paths {
@@ -81,6 +85,11 @@ func TestRoutingErrors(t *testing.T) {
 		t.Fatalf("Allow %q", a.hdr.Get("Allow"))
 	}
 	e.req("PATCH", "/v1/ssh-keys/sk_x", nil).wantErr(t, 405, control.CodeMethodNotAllowed, "")
+	a = e.req("PUT", "/v1/servers/srv_x", map[string]any{})
+	a.wantErr(t, 405, control.CodeMethodNotAllowed, "")
+	if a.hdr.Get("Allow") != "DELETE, GET, PATCH" {
+		t.Fatalf("Allow %q", a.hdr.Get("Allow"))
+	}
 	e.req("GET", "/v1/nope", nil).wantErr(t, 404, control.CodeNotFound, "")
 	e.req("GET", "/", nil).wantErr(t, 404, control.CodeNotFound, "")
 }
@@ -221,8 +230,7 @@ func converge(t *testing.T, n node, ip string) nodeapi.Desired {
 	if err != nil || !changed {
 		t.Fatalf("desired: %v (changed %v)", err, changed)
 	}
-	err = n.client.ReportObserved(context.Background(), nodeapi.Observed{Revision: d.Revision, IP: ip, RuntimeHealthy: true,
-		FirewallRevision: d.Revision, SSHKeysRevision: d.Revision, Wiped: d.Wipe})
+	err = n.client.ReportObserved(context.Background(), applied(d, ip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,8 +261,8 @@ func TestServerLifecycle(t *testing.T) {
 	if err != nil || d.Server == nil || d.Server.ID != id || d.Model != "llama3.2:1b" || len(d.SSHKeys) != 1 || d.SSHKeys[0].ID != kid || d.Wipe {
 		t.Fatalf("desired %+v, %v", d, err)
 	}
-	report := nodeapi.Observed{Revision: d.Revision, IP: "203.0.113.45", RuntimeHealthy: true, FirewallRevision: d.Revision,
-		SSHKeysRevision: d.Revision - 1, SSHKeysError: "disk full"}
+	report := applied(d, "203.0.113.45")
+	report.SSHKeysRevision, report.SSHKeysError = d.Revision-1, "disk full"
 	if err := n.client.ReportObserved(context.Background(), report); err != nil {
 		t.Fatal(err)
 	}
@@ -307,8 +315,7 @@ func TestServerLifecycle(t *testing.T) {
 	// A report that is not the wipe changes nothing.
 	_ = n.client.ReportObserved(context.Background(), nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true})
 	e.req("GET", "/v1/servers/"+id, nil).must(t, 200)
-	_ = n.client.ReportObserved(context.Background(), nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true,
-		FirewallRevision: wd.Revision, SSHKeysRevision: wd.Revision, Wiped: true})
+	_ = n.client.ReportObserved(context.Background(), applied(wd, ""))
 	e.req("GET", "/v1/servers/"+id, nil).wantErr(t, 404, control.CodeNotFound, "id")
 	e.req("DELETE", "/v1/servers/"+id, nil).wantErr(t, 404, control.CodeNotFound, "id")
 	// Back in the pool, with an empty desired state; the name is free again.
@@ -323,17 +330,13 @@ func TestProvisionTimeout(t *testing.T) {
 	e := newEnv(t, func(c *control.Config) { c.ProvisionTimeout = 150 * time.Millisecond })
 	n := e.enroll(hwM4)
 	id := idOf(t, e.req("POST", "/v1/servers", serverBody("slow")).must(t, 201))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, "the server to fail provisioning", func() bool {
 		s := e.req("GET", "/v1/servers/"+id, nil).obj(t)["status"]
-		if s == "failed" {
-			break
-		}
-		if s != "provisioning" || time.Now().After(deadline) {
+		if s != "failed" && s != "provisioning" {
 			t.Fatalf("status %v", s)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return s == "failed"
+	})
 	var list struct{ Data []map[string]any }
 	e.req("GET", "/v1/servers?status=failed", nil).must(t, 200).decode(t, &list)
 	if len(list.Data) != 1 {
@@ -414,7 +417,7 @@ func TestDeletingKeyRemovesItFromServers(t *testing.T) {
 			ch <- res{d, err}
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // let both polls start waiting
+	testutil.WaitFor(t, 10*time.Second, "both polls to wait", func() bool { return control.LongPollsWaiting(e.srv) == 2 })
 	start := time.Now()
 	e.req("DELETE", "/v1/ssh-keys/"+kb, nil).must(t, 204)
 	for range 2 {
@@ -456,7 +459,7 @@ func TestFirewallRules(t *testing.T) {
 		d, _, err := n.client.Desired(context.Background(), d0.Revision, 10*time.Second)
 		ch <- res{d, err}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testutil.WaitFor(t, 10*time.Second, "the poll to wait", func() bool { return control.LongPollsWaiting(e.srv) == 1 })
 	start := time.Now()
 	a := e.req("POST", base, map[string]any{"direction": "inbound", "protocol": "tcp", "port_range": "22",
 		"source": "10.1.2.3", "action": "allow", "description": "ssh"}).must(t, 201)
@@ -824,4 +827,149 @@ func TestNodeProtocolOverHTTP(t *testing.T) {
 	if _, _, err := n.client.Desired(ctx, d.Revision, 0); err == nil {
 		t.Fatal("cancelled poll returned no error")
 	}
+}
+
+// Errors repeat at most a bounded piece of what was sent: a huge unknown
+// field, name, key or query parameter never comes back whole.
+func TestErrorsDoNotEchoUnboundedInput(t *testing.T) {
+	e := newEnv(t, nil)
+	huge := strings.Repeat("é", 100<<10)
+	for name, req := range map[string][2]string{
+		"unknown field": {"/v1/ssh-keys", `{"` + huge + `":1}`},
+		"server name":   {"/v1/servers", `{"name":"` + huge + `","chip":"cpu","ram":4,"storage":20}`},
+		"ssh key":       {"/v1/ssh-keys", `{"name":"k","public_key":"` + huge + `"}`},
+		"query":         {"/v1/servers?" + strings.Repeat("x", 4000) + "=1", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			method := "POST"
+			if req[1] == "" {
+				method = "GET"
+			}
+			a := e.req(method, req[0], req[1], "Idempotency-Key", name)
+			if a.status/100 != 4 || a.status == 413 || len(a.body) > 2048 {
+				t.Fatalf("status %d, %d bytes: %.300s", a.status, len(a.body), a.body)
+			}
+		})
+	}
+}
+
+// A node's report is not trusted blindly: a revision never issued to the
+// node is refused and moves nothing, and its error texts are bounded.
+func TestForgedReportsAreRefusedAndBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("web-1")).must(t, 201))
+	d, _, err := n.client.Desired(context.Background(), 0, time.Second)
+	if err != nil || d.Server == nil {
+		t.Fatalf("desired %+v, %v", d, err)
+	}
+	for _, forge := range []func(*nodeapi.Observed){
+		func(o *nodeapi.Observed) { o.Revision = 1e18 },
+		func(o *nodeapi.Observed) { o.FirewallRevision = d.Revision + 1 },
+		func(o *nodeapi.Observed) { o.RuntimeRevision = 1 << 62 },
+		func(o *nodeapi.Observed) { o.Usage = make([]nodeapi.KeyUsage, 10000) },
+	} {
+		report := applied(d, "203.0.113.45")
+		forge(&report)
+		if err := n.client.ReportObserved(context.Background(), report); err == nil {
+			t.Fatalf("forged report %+v accepted", report)
+		}
+		if got := e.req("GET", "/v1/servers/"+id, nil).must(t, 200).obj(t); got["status"] != "provisioning" || got["ip"] != nil {
+			t.Fatalf("a refused report changed the server: %v", got)
+		}
+	}
+	report := applied(d, "203.0.113.45")
+	report.FirewallError = strings.Repeat("x", 900<<10)
+	if err := n.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatal(err)
+	}
+	a := e.req("GET", "/v1/servers/"+id, nil).must(t, 200)
+	if len(a.body) > 4096 || !strings.Contains(string(a.body), "xxx…") {
+		t.Fatalf("server answer of %d bytes after a 900 KB error", len(a.body))
+	}
+	if l := e.req("GET", "/v1/servers", nil).must(t, 200); len(l.body) > 4096 {
+		t.Fatalf("list of %d bytes after a 900 KB error", len(l.body))
+	}
+}
+
+// A node that reports too fast is throttled with 429 and Retry-After (its
+// own bucket: other nodes and the management API are not affected), and is
+// let in again once its bucket refills.
+func TestNodeReportFloodIsThrottled(t *testing.T) {
+	e, clk := newClockEnv(t, func(c *control.Config) { c.NodeRateLimit, c.NodeRateBurst = 1, 3 })
+	flood, other := e.enroll(hwM4), e.enroll(hwM4)
+	report := nodeapi.Observed{RuntimeHealthy: true}
+	for i := range 3 {
+		if err := flood.client.ReportObserved(context.Background(), report); err != nil {
+			t.Fatalf("report %d within the burst: %v", i, err)
+		}
+	}
+	err := flood.client.ReportObserved(context.Background(), report)
+	var ne *nodeapi.Error
+	if !errors.As(err, &ne) || ne.Status != 429 || ne.Code != control.CodeRateLimited {
+		t.Fatalf("report over the burst: %v", err)
+	}
+	if err := other.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatalf("another node was throttled too: %v", err)
+	}
+	e.req("GET", "/v1/servers", nil).must(t, 200)
+	clk.add(time.Second)
+	if err := flood.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatalf("after the bucket refilled: %v", err)
+	}
+}
+
+// A cursor is followed only if this list issued it: a well-formed cursor
+// for an item that was never the end of a page, a tampered one, and one
+// from another list are refused with 400; an issued one survives a restart.
+func TestCursorsAreOnlyThoseIssued(t *testing.T) {
+	e := newEnv(t, nil)
+	for i := range 3 {
+		pub, _ := newKey(t, "ed25519")
+		e.req("POST", "/v1/ssh-keys", map[string]any{"name": fmt.Sprintf("k%d", i), "public_key": pub}).must(t, 201)
+	}
+	var p struct {
+		NextCursor *string `json:"next_cursor"`
+	}
+	e.req("GET", "/v1/ssh-keys?limit=1", nil).must(t, 200).decode(t, &p)
+	if p.NextCursor == nil {
+		t.Fatal("no cursor")
+	}
+	good := *p.NextCursor
+	key, sig, _ := strings.Cut(good, ".")
+	raw, _ := base64.RawURLEncoding.DecodeString(key)
+	forged := []byte(raw)
+	forged[len(forged)-1] ^= 1 // another well-formed position
+	for name, c := range map[string]string{
+		"well-formed, never issued": base64.RawURLEncoding.EncodeToString(forged) + "." + sig,
+		"unsigned":                  key,
+		"bad signature":             key + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e.req("GET", "/v1/ssh-keys?limit=1&cursor="+c, nil).wantErr(t, 400, control.CodeInvalidRequest, "cursor")
+		})
+	}
+	e.req("GET", "/v1/servers?limit=1&cursor="+good, nil).wantErr(t, 400, control.CodeInvalidRequest, "cursor")
+	e.restart()
+	e.req("GET", "/v1/ssh-keys?limit=1&cursor="+good, nil).must(t, 200)
+}
+
+// Names and descriptions people read elsewhere may not hide characters:
+// bidi overrides and other invisible formatting characters are refused
+// like control characters.
+func TestInvisibleCharactersAreRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	e.enroll(hwM4)
+	pub, _ := newKey(t, "ed25519")
+	for _, name := range []string{"admin\u202Egnp.exe", "a\u2066b\u2069", "zero\u200bwidth", "x\u0085"} {
+		e.req("POST", "/v1/ssh-keys", map[string]any{"name": name, "public_key": pub}).wantErr(t, 400, control.CodeInvalidRequest, "name")
+	}
+	srv := idOf(t, e.req("POST", "/v1/servers", serverBody("web-1")).must(t, 201))
+	rule := func(desc string) map[string]any {
+		return map[string]any{"direction": "inbound", "protocol": "tcp", "port_range": "22", "source": "10.1.2.3",
+			"action": "allow", "description": desc}
+	}
+	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("allow \u202Eevil")).wantErr(t, 400, control.CodeInvalidRequest, "description")
+	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("ssh ✓")).must(t, 201)
+	e.req("POST", "/v1/ssh-keys", map[string]any{"name": "👩‍💻 laptop", "public_key": pub}).must(t, 201)
 }

@@ -18,10 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/vfs"
-
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/store"
+	"github.com/hearthd/hearth/store/storetest"
 )
 
 // The control plane's crash safety: every change is one synced batch, so a
@@ -32,35 +31,31 @@ import (
 const crashStateDir = "ctl"
 
 type crashRig struct {
-	t     *testing.T
-	fs    *vfs.MemFS
-	st    *store.Store
-	srv   *Server
-	h     http.Handler
-	token string
+	t  *testing.T
+	fs storetest.CrashFS
+	st *store.Store
+	h  http.Handler
+	// Two projects, each with a token: the workload runs in both, and
+	// each one's records must stay invisible to the other.
+	projects [2]string
+	tokens   [2]string
 }
 
 func newCrashRig(t *testing.T) *crashRig {
 	t.Helper()
-	fs := vfs.NewStrictMem()
-	if err := fs.MkdirAll(crashStateDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	root, err := fs.OpenDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := root.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	root.Close()
-	r := &crashRig{t: t, fs: fs}
+	r := &crashRig{t: t, fs: storetest.NewCrashFS(t, crashStateDir)}
 	r.open()
-	tok, err := CreateAPIToken(r.st, "crash", time.Now())
+	second, err := CreateProject(r.st, "second", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.token = tok.Token
+	for i, p := range []string{DefaultProject, second.ID} {
+		tok, err := CreateToken(r.st, TokenSpec{Project: p, Name: "crash"}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.projects[i], r.tokens[i] = tok.Project, tok.Token
+	}
 	return r
 }
 
@@ -74,7 +69,7 @@ func (r *crashRig) open() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.st, r.srv, r.h = st, srv, srv.Handler()
+	r.st, r.h = st, srv.Handler()
 }
 
 // crash drops every write not synced so far, as a power cut would, and
@@ -82,13 +77,12 @@ func (r *crashRig) open() {
 // change committed after that is not durable even if it is answered 2xx:
 // callers count only answers they saw before calling crash.
 func (r *crashRig) crash(inFlight *sync.WaitGroup) {
-	r.fs.SetIgnoreSyncs(true)
-	if inFlight != nil {
-		inFlight.Wait() // their commits go nowhere
-	}
-	_ = r.st.Close()
-	r.fs.ResetToSyncedState()
-	r.fs.SetIgnoreSyncs(false)
+	r.fs.Crash(func() {
+		if inFlight != nil {
+			inFlight.Wait() // their commits go nowhere
+		}
+		_ = r.st.Close()
+	})
 	r.open()
 }
 
@@ -104,7 +98,7 @@ type crashAnswer struct {
 	body   []byte
 }
 
-func (r *crashRig) do(method, path string, body any) crashAnswer {
+func (r *crashRig) do(project int, method, path string, body any) crashAnswer {
 	var rd *bytes.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -113,7 +107,7 @@ func (r *crashRig) do(method, path string, body any) crashAnswer {
 		rd = bytes.NewReader(nil)
 	}
 	req := httptest.NewRequest(method, path, rd)
-	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Authorization", "Bearer "+r.tokens[project])
 	rec := httptest.NewRecorder()
 	r.h.ServeHTTP(rec, req)
 	a := crashAnswer{status: rec.Code, body: rec.Body.Bytes()}
@@ -168,6 +162,8 @@ type acked struct {
 	keys        map[string]map[string]any
 	rules       map[string]map[string]any // rule ID → body (holds server_id)
 	deletedKeys map[string]bool
+	apiKeys     map[string]map[string]any // API key ID → body (holds server_id)
+	deletedAPI  map[string]string         // deleted API key ID → its server
 	// late are creates answered 2xx after the power cut began: they may or
 	// may not survive; lost counts those that did not.
 	late []string
@@ -176,7 +172,8 @@ type acked struct {
 
 func newAcked() *acked {
 	return &acked{servers: map[string]map[string]any{}, keys: map[string]map[string]any{},
-		rules: map[string]map[string]any{}, deletedKeys: map[string]bool{}}
+		rules: map[string]map[string]any{}, deletedKeys: map[string]bool{},
+		apiKeys: map[string]map[string]any{}, deletedAPI: map[string]string{}}
 }
 
 func (a *acked) pick(m map[string]map[string]any, rnd *rand.Rand) string {
@@ -196,13 +193,14 @@ func (a *acked) pick(m map[string]map[string]any, rnd *rand.Rand) string {
 }
 
 // TestCrashDuringConcurrentCreates runs bursts of concurrent creates (SSH
-// keys, servers listing keys, firewall rules) and SSH key deletes, cuts the
+// keys, servers listing keys, firewall rules, API keys) and deletes (SSH
+// keys, API keys), cuts the
 // power while requests are in flight, and checks after each restart that
 // every acknowledged change is there and that the state is consistent.
 func TestCrashDuringConcurrentCreates(t *testing.T) {
 	r := newCrashRig(t)
 	r.enrollNodes(150)
-	ack := newAcked()
+	acks := [2]*acked{newAcked(), newAcked()}
 	var seq atomic.Int64
 	rnd := rand.New(rand.NewPCG(1, 2))
 	var rndMu sync.Mutex
@@ -221,11 +219,13 @@ func TestCrashDuringConcurrentCreates(t *testing.T) {
 				defer inFlight.Done()
 				wr := rand.New(rand.NewPCG(uint64(round), uint64(w)))
 				for !crashed.Load() {
-					op := wr.IntN(10)
+					p := wr.IntN(2)
+					ack, do := acks[p], func(method, path string, body any) crashAnswer { return r.do(p, method, path, body) }
+					op := wr.IntN(13)
 					n := seq.Add(1)
 					switch {
 					case op < 3:
-						a := r.do("POST", "/v1/ssh-keys", map[string]any{"name": fmt.Sprintf("key %d", n), "public_key": testSSHKey(t)})
+						a := do("POST", "/v1/ssh-keys", map[string]any{"name": fmt.Sprintf("key %d", n), "public_key": testSSHKey(t)})
 						record(t, ack, &crashed, a, http.StatusCreated, func(id string, body map[string]any) { ack.keys[id] = body })
 					case op < 6:
 						var keys []string
@@ -234,8 +234,8 @@ func TestCrashDuringConcurrentCreates(t *testing.T) {
 								keys = append(keys, k)
 							}
 						}
-						a := r.do("POST", "/v1/servers", map[string]any{"name": fmt.Sprintf("srv-%d", n), "chip": "cpu",
-							"ram": 8, "storage": 50, "stack": "bare", "billing": "monthly", "ssh_key_ids": keys})
+						a := do("POST", "/v1/servers", map[string]any{"name": fmt.Sprintf("srv-%d", n), "chip": "cpu",
+							"ram": 8, "storage": 50, "stack": "deployment", "model": "tiny", "billing": "monthly", "ssh_key_ids": keys})
 						if a.status == http.StatusBadRequest && strings.Contains(string(a.body), "does not exist") {
 							continue // a listed key was deleted meanwhile
 						}
@@ -248,23 +248,61 @@ func TestCrashDuringConcurrentCreates(t *testing.T) {
 						if srv == "" {
 							continue
 						}
-						a := r.do("POST", "/v1/servers/"+srv+"/firewall-rules", map[string]any{"direction": "inbound",
+						a := do("POST", "/v1/servers/"+srv+"/firewall-rules", map[string]any{"direction": "inbound",
 							"protocol": "tcp", "port_range": fmt.Sprint(1 + n%60000), "source": fmt.Sprintf("10.%d.%d.0/24", n%250, w),
 							"action": "allow", "description": fmt.Sprintf("rule %d", n)})
 						record(t, ack, &crashed, a, http.StatusCreated, func(id string, body map[string]any) { ack.rules[id] = body })
+					case op < 11:
+						srv := ack.pick(ack.servers, wr)
+						if srv == "" {
+							continue
+						}
+						body := map[string]any{"name": fmt.Sprintf("api key %d", n)}
+						if n%2 == 0 {
+							body["expires_at"] = time.Now().Add(time.Duration(1+n) * time.Hour).UTC().Format(time.RFC3339)
+						}
+						a := do("POST", "/v1/servers/"+srv+"/api-keys", body)
+						record(t, ack, &crashed, a, http.StatusCreated, func(id string, body map[string]any) { ack.apiKeys[id] = body })
+					case op < 12:
+						k := ack.pick(ack.apiKeys, wr)
+						if k == "" {
+							continue
+						}
+						ack.mu.Lock()
+						srv, _ := ack.apiKeys[k]["server_id"].(string)
+						ack.mu.Unlock()
+						a := do("DELETE", "/v1/servers/"+srv+"/api-keys/"+k, nil)
+						if a.status == http.StatusNotFound {
+							continue // deleted by another worker
+						}
+						if !record(t, ack, &crashed, a, http.StatusNoContent, func(string, map[string]any) {
+							delete(ack.apiKeys, k)
+							ack.deletedAPI[k] = srv
+						}) {
+							ack.mu.Lock()
+							delete(ack.apiKeys, k)
+							ack.mu.Unlock()
+						}
 					default:
 						k := ack.pick(ack.keys, wr)
 						if k == "" {
 							continue
 						}
-						a := r.do("DELETE", "/v1/ssh-keys/"+k, nil)
+						a := do("DELETE", "/v1/ssh-keys/"+k, nil)
 						if a.status == http.StatusNotFound {
 							continue // deleted by another worker
 						}
-						record(t, ack, &crashed, a, http.StatusNoContent, func(string, map[string]any) {
+						if !record(t, ack, &crashed, a, http.StatusNoContent, func(string, map[string]any) {
 							delete(ack.keys, k)
 							ack.deletedKeys[k] = true
-						})
+						}) {
+							// Answered during the cut: the key may or may
+							// not be gone after it, so it is no longer
+							// acknowledged either way.
+							ack.mu.Lock()
+							delete(ack.keys, k)
+							ack.mu.Unlock()
+						}
 					}
 					if answered.Add(1) >= crashAfter {
 						stopOnce.Do(func() { close(stop) })
@@ -278,28 +316,55 @@ func TestCrashDuringConcurrentCreates(t *testing.T) {
 		// ignored.
 		crashed.Store(true)
 		r.crash(&inFlight)
-		checkCrashState(t, r, ack, fmt.Sprintf("round %d", round))
+		for p, ack := range acks {
+			checkCrashState(t, r, ack, p, fmt.Sprintf("round %d, project %d", round, p))
+		}
+		checkRawState(t, r, fmt.Sprintf("round %d", round))
 	}
-	ack.mu.Lock()
-	t.Logf("acknowledged: %d servers, %d keys (%d deleted), %d rules; %d changes committed during the cut were lost",
-		len(ack.servers), len(ack.keys), len(ack.deletedKeys), len(ack.rules), ack.lost)
+	ack := mergeAcked(acks)
+	t.Logf("acknowledged: %d servers, %d keys (%d deleted), %d rules, %d API keys (%d deleted); %d changes committed during the cut were lost",
+		len(ack.servers), len(ack.keys), len(ack.deletedKeys), len(ack.rules), len(ack.apiKeys), len(ack.deletedAPI), ack.lost)
 	// The cut must really lose unsynced changes, or the test proves nothing.
 	if ack.lost == 0 {
 		t.Errorf("no change committed during the power cut was lost: the crash harness drops nothing")
 	}
-	if len(ack.servers) == 0 || len(ack.rules) == 0 || len(ack.deletedKeys) == 0 {
-		t.Errorf("the workload did not exercise every kind of change")
+	for p, ack := range acks {
+		if len(ack.servers) == 0 || len(ack.rules) == 0 || len(ack.deletedKeys) == 0 || len(ack.apiKeys) == 0 || len(ack.deletedAPI) == 0 {
+			t.Errorf("the workload did not exercise every kind of change in project %d", p)
+		}
 	}
-	ack.mu.Unlock()
 	r.close()
 }
 
-// record notes a successful answer unless the crash has begun. Any answer
-// other than want (or a tolerated refusal the caller filtered) is a bug.
-func record(t *testing.T, ack *acked, crashed *atomic.Bool, a crashAnswer, want int, note func(id string, body map[string]any)) {
+// mergeAcked sums the projects' acknowledgements, for the summary.
+func mergeAcked(acks [2]*acked) *acked {
+	out := newAcked()
+	for _, a := range acks {
+		for _, pair := range []struct{ to, from map[string]map[string]any }{
+			{out.servers, a.servers}, {out.keys, a.keys}, {out.rules, a.rules}, {out.apiKeys, a.apiKeys},
+		} {
+			for k, v := range pair.from {
+				pair.to[k] = v
+			}
+		}
+		for k := range a.deletedKeys {
+			out.deletedKeys[k] = true
+		}
+		for k, v := range a.deletedAPI {
+			out.deletedAPI[k] = v
+		}
+		out.lost += a.lost
+	}
+	return out
+}
+
+// record notes a successful answer unless the crash has begun, and reports
+// whether it did. Any answer other than want (or a tolerated refusal the
+// caller filtered) is a bug.
+func record(t *testing.T, ack *acked, crashed *atomic.Bool, a crashAnswer, want int, note func(id string, body map[string]any)) bool {
 	if a.status != want {
 		t.Errorf("unexpected answer %d (want %d): %s", a.status, want, a.body)
-		return
+		return false
 	}
 	var body map[string]any
 	if len(a.body) > 0 {
@@ -312,22 +377,27 @@ func record(t *testing.T, ack *acked, crashed *atomic.Bool, a crashAnswer, want 
 		if id != "" {
 			ack.late = append(ack.late, a.path)
 		}
-		return
+		return false
 	}
 	note(id, body)
+	return true
 }
 
-// checkCrashState verifies, after a restart, that every acknowledged change
-// survived and that no half-written change is visible: every index entry
-// points at its record and back, servers reference existing keys and nodes,
-// rules belong to existing servers, and lists agree with GETs.
-func checkCrashState(t *testing.T, r *crashRig, ack *acked, stage string) {
+// checkCrashState verifies, after a restart, that every change
+// acknowledged to project p survived, that none of its records shows to the
+// other project, and that its lists agree with its GETs.
+func checkCrashState(t *testing.T, r *crashRig, ack *acked, p int, stage string) {
 	t.Helper()
 	ack.mu.Lock()
 	defer ack.mu.Unlock()
-	get := func(path string) crashAnswer { return r.do("GET", path, nil) }
-	for _, p := range ack.late {
-		if get(p).status == http.StatusNotFound {
+	get := func(path string) crashAnswer { return r.do(p, "GET", path, nil) }
+	hidden := func(path string) {
+		if a := r.do(1-p, "GET", path, nil); a.status != http.StatusNotFound {
+			t.Fatalf("%s: %s of project %d shows to the other project: %d %s", stage, path, p, a.status, a.body)
+		}
+	}
+	for _, path := range ack.late {
+		if get(path).status == http.StatusNotFound {
 			ack.lost++
 		}
 	}
@@ -345,11 +415,13 @@ func checkCrashState(t *testing.T, r *crashRig, ack *acked, stage string) {
 				t.Fatalf("%s: server %s %s = %v, acknowledged %v", stage, id, f, got[f], want[f])
 			}
 		}
+		hidden("/v1/servers/" + id)
 	}
 	for id := range ack.keys {
 		if a := get("/v1/ssh-keys/" + id); a.status != http.StatusOK {
 			t.Fatalf("%s: acknowledged SSH key %s: %d %s", stage, id, a.status, a.body)
 		}
+		hidden("/v1/ssh-keys/" + id)
 	}
 	for id := range ack.deletedKeys {
 		if a := get("/v1/ssh-keys/" + id); a.status != http.StatusNotFound {
@@ -357,118 +429,36 @@ func checkCrashState(t *testing.T, r *crashRig, ack *acked, stage string) {
 		}
 	}
 	for id, want := range ack.rules {
-		srv := want["server_id"].(string)
-		a := get("/v1/servers/" + srv + "/firewall-rules/" + id)
-		if a.status != http.StatusOK {
+		path := "/v1/servers/" + want["server_id"].(string) + "/firewall-rules/" + id
+		if a := get(path); a.status != http.StatusOK {
 			t.Fatalf("%s: acknowledged rule %s: %d %s", stage, id, a.status, a.body)
 		}
+		hidden(path)
+	}
+	for id, want := range ack.apiKeys {
+		path := "/v1/servers/" + want["server_id"].(string) + "/api-keys/" + id
+		if a := get(path); a.status != http.StatusOK {
+			t.Fatalf("%s: acknowledged API key %s: %d %s", stage, id, a.status, a.body)
+		}
+		hidden(path)
+	}
+	for id, srv := range ack.deletedAPI {
+		if a := get("/v1/servers/" + srv + "/api-keys/" + id); a.status != http.StatusNotFound {
+			t.Fatalf("%s: API key %s deleted (204) is back: %d", stage, id, a.status)
+		}
 	}
 
-	// The raw state: every record with its indexes, nothing dangling.
-	st := r.st
-	servers := map[string]serverRec{}
-	mustScan(t, store.ScanJSON(st, pfxServer, func(_ string, s serverRec) (bool, error) { servers[s.ID] = s; return true, nil }))
-	keys := map[string]sshKeyRec{}
-	mustScan(t, store.ScanJSON(st, pfxSSHKey, func(_ string, k sshKeyRec) (bool, error) { keys[k.ID] = k; return true, nil }))
-	nodes := map[string]nodeRec{}
-	mustScan(t, store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) { nodes[n.ID] = n; return true, nil }))
-	var rev uint64
-	if err := st.Get(keyRevision, &rev); err != nil {
-		t.Fatalf("%s: revision: %v", stage, err)
+	// The lists show exactly the project's records, each as its GET does.
+	pk := keysOf(r.projects[p])
+	servers, keys := 0, 0
+	mustScan(t, r.st.Scan(pk.servers(), "", false, func(string, []byte) (bool, error) { servers++; return true, nil }))
+	mustScan(t, r.st.Scan(pk.sshKeys(), "", false, func(string, []byte) (bool, error) { keys++; return true, nil }))
+	if listed := walkList(t, r, p, "/v1/servers"); len(listed) != servers {
+		t.Fatalf("%s: server list has %d items, state %d", stage, len(listed), servers)
 	}
-	for id, s := range servers {
-		if s.Seq > rev {
-			t.Fatalf("%s: server %s made at revision %d after the stored revision %d", stage, id, s.Seq, rev)
-		}
-		var byName, bySeq string
-		if err := st.Get(pfxServerName+s.Name, &byName); err != nil || byName != id {
-			t.Fatalf("%s: name index of %s: %q %v", stage, id, byName, err)
-		}
-		if err := st.Get(pfxServerSeq+seqKey(s.Seq, id), &bySeq); err != nil || bySeq != id {
-			t.Fatalf("%s: creation index of %s: %q %v", stage, id, bySeq, err)
-		}
-		for _, k := range s.SSHKeyIDs {
-			if _, ok := keys[k]; !ok {
-				t.Fatalf("%s: server %s lists missing SSH key %s", stage, id, k)
-			}
-		}
-		if n, ok := nodes[s.NodeID]; !ok || n.ServerID != id {
-			t.Fatalf("%s: server %s on node %s which holds %q", stage, id, s.NodeID, n.ServerID)
-		}
-	}
-	for id, n := range nodes {
-		if n.ServerID != "" {
-			if s, ok := servers[n.ServerID]; !ok || s.NodeID != id {
-				t.Fatalf("%s: node %s assigned to missing server %s", stage, id, n.ServerID)
-			}
-		}
-	}
-	mustScan(t, st.Scan(pfxServerSeq, "", false, func(key string, val []byte) (bool, error) {
-		var id string
-		_ = json.Unmarshal(val, &id)
-		if _, ok := servers[id]; !ok {
-			t.Fatalf("%s: creation index %s points at missing server %s", stage, key, id)
-		}
-		return true, nil
-	}))
-	mustScan(t, st.Scan(pfxServerName, "", false, func(key string, val []byte) (bool, error) {
-		var id string
-		_ = json.Unmarshal(val, &id)
-		if s, ok := servers[id]; !ok || pfxServerName+s.Name != key {
-			t.Fatalf("%s: name index %s points at %s", stage, key, id)
-		}
-		return true, nil
-	}))
-	for id, k := range keys {
-		var byFP, bySeq string
-		if err := st.Get(pfxSSHKeyFP+k.Fingerprint, &byFP); err != nil || byFP != id {
-			t.Fatalf("%s: fingerprint index of %s: %q %v", stage, id, byFP, err)
-		}
-		if err := st.Get(pfxSSHKeySeq+seqKey(k.Seq, id), &bySeq); err != nil || bySeq != id {
-			t.Fatalf("%s: creation index of key %s: %q %v", stage, id, bySeq, err)
-		}
-	}
-	for _, pfx := range []string{pfxSSHKeySeq, pfxSSHKeyFP} {
-		mustScan(t, st.Scan(pfx, "", false, func(key string, val []byte) (bool, error) {
-			var id string
-			_ = json.Unmarshal(val, &id)
-			if _, ok := keys[id]; !ok {
-				t.Fatalf("%s: index %s points at missing key %s", stage, key, id)
-			}
-			return true, nil
-		}))
-	}
-	rules := 0
-	mustScan(t, store.ScanJSON(st, pfxRule, func(key string, rr ruleRec) (bool, error) {
-		rules++
-		if _, ok := servers[rr.ServerID]; !ok {
-			t.Fatalf("%s: rule %s for missing server %s", stage, rr.ID, rr.ServerID)
-		}
-		var back string
-		if err := st.Get(pfxRuleID+rr.ID, &back); err != nil || back != key {
-			t.Fatalf("%s: rule index of %s: %q %v", stage, rr.ID, back, err)
-		}
-		return true, nil
-	}))
-	ruleIDs := 0
-	mustScan(t, st.Scan(pfxRuleID, "", false, func(string, []byte) (bool, error) { ruleIDs++; return true, nil }))
-	if ruleIDs != rules {
-		t.Fatalf("%s: %d rule index entries for %d rules", stage, ruleIDs, rules)
-	}
-
-	// The lists show exactly the records, each as its GET does.
-	listed := walkList(t, r, "/v1/servers")
-	if len(listed) != len(servers) {
-		t.Fatalf("%s: server list has %d items, state %d", stage, len(listed), len(servers))
-	}
-	for id := range listed {
-		if _, ok := servers[id]; !ok {
-			t.Fatalf("%s: listed server %s has no record", stage, id)
-		}
-	}
-	listedKeys := walkList(t, r, "/v1/ssh-keys")
-	if len(listedKeys) != len(keys) {
-		t.Fatalf("%s: key list has %d items, state %d", stage, len(listedKeys), len(keys))
+	listedKeys := walkList(t, r, p, "/v1/ssh-keys")
+	if len(listedKeys) != keys {
+		t.Fatalf("%s: key list has %d items, state %d", stage, len(listedKeys), keys)
 	}
 	for id, item := range listedKeys {
 		a := get("/v1/ssh-keys/" + id)
@@ -480,6 +470,131 @@ func checkCrashState(t *testing.T, r *crashRig, ack *acked, stage string) {
 	}
 }
 
+// checkRawState verifies that no half-written change is visible: every
+// record of every project is in its project's key space with its indexes
+// pointing at it and back, servers reference existing keys of their own
+// project and existing nodes, rules and API keys belong to existing
+// servers of their own project, and nothing is left in the layout-1 key
+// space.
+func checkRawState(t *testing.T, r *crashRig, stage string) {
+	t.Helper()
+	st := r.st
+	servers := map[string]serverRec{}
+	keys := map[string]sshKeyRec{}
+	for _, p := range r.projects {
+		pk := keysOf(p)
+		mustScan(t, store.ScanJSON(st, pk.servers(), func(key string, s serverRec) (bool, error) {
+			if s.Project != p || key != s.key() {
+				t.Fatalf("%s: server %s of project %q at %s", stage, s.ID, s.Project, key)
+			}
+			servers[s.ID] = s
+			return true, nil
+		}))
+		mustScan(t, store.ScanJSON(st, pk.sshKeys(), func(key string, k sshKeyRec) (bool, error) {
+			if k.Project != p || key != pk.sshKey(k.ID) {
+				t.Fatalf("%s: SSH key %s of project %q at %s", stage, k.ID, k.Project, key)
+			}
+			keys[k.ID] = k
+			return true, nil
+		}))
+		checkIndex(t, st, stage, pk.serverSeq(), func(key, id string) bool {
+			s, ok := servers[id]
+			return ok && key == pk.serverSeq()+seqKey(s.Seq, id)
+		})
+		checkIndex(t, st, stage, pk.serverName(""), func(key, id string) bool {
+			s, ok := servers[id]
+			return ok && key == pk.serverName(s.Name)
+		})
+		checkIndex(t, st, stage, pk.sshKeySeq(), func(key, id string) bool {
+			k, ok := keys[id]
+			return ok && key == pk.sshKeySeq()+seqKey(k.Seq, id)
+		})
+		checkIndex(t, st, stage, pk.sshKeyFP(""), func(key, id string) bool {
+			k, ok := keys[id]
+			return ok && key == pk.sshKeyFP(k.Fingerprint)
+		})
+	}
+	for _, old := range []string{v1Server, v1ServerSeq, v1ServerName, v1SSHKey, v1SSHKeySeq, v1SSHKeyFP} {
+		checkIndex(t, st, stage, old, func(string, string) bool { return false })
+	}
+	nodes := map[string]nodeRec{}
+	mustScan(t, store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) { nodes[n.ID] = n; return true, nil }))
+	var rev uint64
+	if err := st.Get(keyRevision, &rev); err != nil {
+		t.Fatalf("%s: revision: %v", stage, err)
+	}
+	for id, s := range servers {
+		pk := keysOf(s.Project)
+		if s.Seq > rev {
+			t.Fatalf("%s: server %s made at revision %d after the stored revision %d", stage, id, s.Seq, rev)
+		}
+		var byName, bySeq string
+		if err := st.Get(pk.serverName(s.Name), &byName); err != nil || byName != id {
+			t.Fatalf("%s: name index of %s: %q %v", stage, id, byName, err)
+		}
+		if err := st.Get(pk.serverSeq()+seqKey(s.Seq, id), &bySeq); err != nil || bySeq != id {
+			t.Fatalf("%s: creation index of %s: %q %v", stage, id, bySeq, err)
+		}
+		for _, k := range s.SSHKeyIDs {
+			if key, ok := keys[k]; !ok || key.Project != s.Project {
+				t.Fatalf("%s: server %s lists SSH key %s, missing or of another project", stage, id, k)
+			}
+		}
+		if n, ok := nodes[s.NodeID]; !ok || n.ServerID != id || n.ServerProject != s.Project {
+			t.Fatalf("%s: server %s on node %s which holds %q of %q", stage, id, s.NodeID, n.ServerID, n.ServerProject)
+		}
+	}
+	for id, n := range nodes {
+		if n.ServerID != "" {
+			if s, ok := servers[n.ServerID]; !ok || s.NodeID != id {
+				t.Fatalf("%s: node %s assigned to missing server %s", stage, id, n.ServerID)
+			}
+		}
+	}
+	for id, k := range keys {
+		pk := keysOf(k.Project)
+		var byFP, bySeq string
+		if err := st.Get(pk.sshKeyFP(k.Fingerprint), &byFP); err != nil || byFP != id {
+			t.Fatalf("%s: fingerprint index of %s: %q %v", stage, id, byFP, err)
+		}
+		if err := st.Get(pk.sshKeySeq()+seqKey(k.Seq, id), &bySeq); err != nil || bySeq != id {
+			t.Fatalf("%s: creation index of key %s: %q %v", stage, id, bySeq, err)
+		}
+	}
+	rules := 0
+	mustScan(t, store.ScanJSON(st, pfxRule, func(key string, rr ruleRec) (bool, error) {
+		rules++
+		if s, ok := servers[rr.ServerID]; !ok || s.Project != rr.Project {
+			t.Fatalf("%s: rule %s of project %q for missing server %s", stage, rr.ID, rr.Project, rr.ServerID)
+		}
+		var back string
+		if err := st.Get(rr.idKey(), &back); err != nil || back != key {
+			t.Fatalf("%s: rule index of %s: %q %v", stage, rr.ID, back, err)
+		}
+		return true, nil
+	}))
+	ruleIDs := 0
+	mustScan(t, st.Scan(pfxRuleID, "", false, func(string, []byte) (bool, error) { ruleIDs++; return true, nil }))
+	if ruleIDs != rules {
+		t.Fatalf("%s: %d rule index entries for %d rules", stage, ruleIDs, rules)
+	}
+	checkAPIKeyIndexes(t, st, servers, stage)
+}
+
+// checkIndex fails the test for an index entry (its value an ID) that ok
+// refuses.
+func checkIndex(t *testing.T, st *store.Store, stage, prefix string, ok func(key, id string) bool) {
+	t.Helper()
+	mustScan(t, st.Scan(prefix, "", false, func(key string, val []byte) (bool, error) {
+		var id string
+		_ = json.Unmarshal(val, &id)
+		if !ok(key, id) {
+			t.Fatalf("%s: index entry %s points at %s", stage, key, id)
+		}
+		return true, nil
+	}))
+}
+
 func mustScan(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -488,12 +603,12 @@ func mustScan(t *testing.T, err error) {
 }
 
 // walkList follows a list's cursors to the end and returns its items by ID.
-func walkList(t *testing.T, r *crashRig, path string) map[string]map[string]any {
+func walkList(t *testing.T, r *crashRig, project int, path string) map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]any{}
 	next := path + "?limit=100"
 	for {
-		a := r.do("GET", next, nil)
+		a := r.do(project, "GET", next, nil)
 		if a.status != http.StatusOK {
 			t.Fatalf("list %s: %d %s", next, a.status, a.body)
 		}
@@ -516,5 +631,39 @@ func walkList(t *testing.T, r *crashRig, path string) map[string]map[string]any 
 			return out
 		}
 		next = path + "?limit=100&cursor=" + *page.NextCursor
+	}
+}
+
+// checkAPIKeyIndexes: every API key record has its ID index and (if it
+// expires) its expiry entry pointing back at it, under an existing
+// server, and no index entry points at a missing record.
+func checkAPIKeyIndexes(t *testing.T, st *store.Store, servers map[string]serverRec, stage string) {
+	t.Helper()
+	records := map[string]bool{}
+	mustScan(t, store.ScanJSON(st, pfxAPIKey, func(key string, k apiKeyRec) (bool, error) {
+		records[key] = true
+		if s, ok := servers[k.ServerID]; !ok || s.Project != k.Project {
+			t.Fatalf("%s: API key %s of project %q of missing server %s", stage, k.ID, k.Project, k.ServerID)
+		}
+		var back string
+		if err := st.Get(k.idKey(), &back); err != nil || back != key {
+			t.Fatalf("%s: ID index of API key %s: %q %v", stage, k.ID, back, err)
+		}
+		if exp := k.expKey(); exp != "" {
+			if err := st.Get(exp, &back); err != nil || back != key {
+				t.Fatalf("%s: expiry index of API key %s: %q %v", stage, k.ID, back, err)
+			}
+		}
+		return true, nil
+	}))
+	for _, pfx := range []string{pfxAPIKeyID, pfxAPIKeyExp} {
+		mustScan(t, st.Scan(pfx, "", false, func(key string, val []byte) (bool, error) {
+			var rec string
+			_ = json.Unmarshal(val, &rec)
+			if !records[rec] {
+				t.Fatalf("%s: index %s points at missing API key %s", stage, key, rec)
+			}
+			return true, nil
+		}))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -15,8 +16,8 @@ const (
 )
 
 // enforcementJSON is the "enforcement" object of a server: what its node
-// last reported about applying the server's firewall rules and SSH keys,
-// so a customer sees a rule or key that did not take effect, and why.
+// last reported about applying the server's firewall rules, SSH keys, API
+// keys and model, so a customer sees what did not take effect, and why.
 type enforcementJSON struct {
 	// DesiredRevision is the revision of the server's latest change
 	// (rules, keys, lifecycle); a concern is applied once its
@@ -24,6 +25,7 @@ type enforcementJSON struct {
 	DesiredRevision uint64      `json:"desired_revision"`
 	Firewall        concernJSON `json:"firewall"`
 	SSHKeys         concernJSON `json:"ssh_keys"`
+	APIKeys         concernJSON `json:"api_keys"`
 	Runtime         runtimeJSON `json:"runtime"`
 	ReportedAt      *string     `json:"reported_at"`
 }
@@ -34,9 +36,24 @@ type concernJSON struct {
 	Error           *string `json:"error"`
 }
 
+// runtimeJSON is the model runtime as the node reports it. Its status is
+// applied once the node serves the ordered model, answering, at the
+// desired revision (for a bare server: once the runtime is healthy).
 type runtimeJSON struct {
+	Status  string  `json:"status"`
 	Healthy bool    `json:"healthy"`
-	Error   *string `json:"error"`
+	Model   *string `json:"model"` // served now
+	// AppliedRevision is the last revision at which the node served the
+	// model ordered then.
+	AppliedRevision *uint64       `json:"applied_revision"`
+	Error           *string       `json:"error"`
+	Progress        *progressJSON `json:"progress"` // while a pull runs
+}
+
+type progressJSON struct {
+	Status    string `json:"status"`
+	Completed int64  `json:"completed"`
+	Total     int64  `json:"total"`
 }
 
 // enforcement builds a server's enforcement object from its node's last
@@ -47,6 +64,8 @@ func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 		DesiredRevision: n.Revision,
 		Firewall:        concernJSON{Status: EnforcementPending},
 		SSHKeys:         concernJSON{Status: EnforcementPending},
+		APIKeys:         concernJSON{Status: EnforcementPending},
+		Runtime:         runtimeJSON{Status: EnforcementPending},
 	}
 	o := n.Observed
 	if o == nil || o.Revision < srv.Seq {
@@ -54,16 +73,36 @@ func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 	}
 	e.Firewall = concern(o.FirewallRevision, o.FirewallError, srv.Seq, n.Revision)
 	e.SSHKeys = concern(o.SSHKeysRevision, o.SSHKeysError, srv.Seq, n.Revision)
-	e.Runtime.Healthy = o.RuntimeHealthy
-	if o.RuntimeError != "" {
-		msg := o.RuntimeError
-		e.Runtime.Error = &msg
-	}
+	e.APIKeys = concern(o.APIKeysRevision, o.APIKeysError, srv.Seq, n.Revision)
+	e.Runtime = runtimeState(srv, n.Revision, o)
 	if !n.ObservedAt.IsZero() {
 		at := formatTime(n.ObservedAt)
 		e.ReportedAt = &at
 	}
 	return e
+}
+
+func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSON {
+	rt := runtimeJSON{Status: EnforcementPending, Healthy: o.RuntimeHealthy, Model: optional(o.RuntimeModel),
+		Error: optional(o.RuntimeError)}
+	if o.RuntimeRevision >= srv.Seq {
+		rev := o.RuntimeRevision
+		rt.AppliedRevision = &rev
+	}
+	if p := o.RuntimeProgress; p != nil {
+		rt.Progress = &progressJSON{Status: p.Status, Completed: p.Completed, Total: p.Total}
+	}
+	serving := o.RuntimeHealthy
+	if srv.Stack == StackDeployment {
+		serving = serving && o.RuntimeRevision >= desired && o.RuntimeModel == srv.Model
+	}
+	switch {
+	case o.RuntimeError != "":
+		rt.Status = EnforcementFailed
+	case serving:
+		rt.Status = EnforcementApplied
+	}
+	return rt
 }
 
 func concern(applied uint64, errMsg string, since, desired uint64) concernJSON {

@@ -22,11 +22,13 @@ type enforcementView struct {
 			AppliedRevision *uint64 `json:"applied_revision"`
 			Error           *string `json:"error"`
 		} `json:"ssh_keys"`
-		Runtime struct {
-			Healthy bool    `json:"healthy"`
-			Error   *string `json:"error"`
-		} `json:"runtime"`
-		ReportedAt *string `json:"reported_at"`
+		APIKeys struct {
+			Status          string  `json:"status"`
+			AppliedRevision *uint64 `json:"applied_revision"`
+			Error           *string `json:"error"`
+		} `json:"api_keys"`
+		Runtime    runtimeView `json:"runtime"`
+		ReportedAt *string     `json:"reported_at"`
 	} `json:"enforcement"`
 }
 
@@ -84,7 +86,10 @@ func TestServerShowsEnforcement(t *testing.T) {
 	}
 
 	// Firewall applied, keys failed: visible, and not running.
-	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, SSHKeysError: "write authorized_keys: disk full"})
+	ok := applied(d, "")
+	bad := ok
+	bad.SSHKeysRevision, bad.SSHKeysError = 0, "write authorized_keys: disk full"
+	report(bad)
 	v := e.enforcementOf(t, id)
 	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "applied" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
 		v.Enforcement.Firewall.Error != nil || v.Enforcement.SSHKeys.Status != "failed" ||
@@ -95,20 +100,24 @@ func TestServerShowsEnforcement(t *testing.T) {
 		t.Fatalf("reported_at %q", *v.Enforcement.ReportedAt)
 	}
 	// Keys applied, firewall failed: still not running.
-	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallError: "nft: permission denied", SSHKeysRevision: d.Revision})
+	bad = ok
+	bad.FirewallRevision, bad.FirewallError = 0, "nft: permission denied"
+	report(bad)
 	v = e.enforcementOf(t, id)
 	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "failed" || str(v.Enforcement.Firewall.Error) != "nft: permission denied" ||
 		v.Enforcement.SSHKeys.Status != "applied" {
 		t.Fatalf("firewall failed: %+v", v)
 	}
 	// Both applied but the runtime is down: not running, and it says why.
-	report(nodeapi.Observed{Revision: d.Revision, RuntimeError: "connection refused", FirewallRevision: d.Revision, SSHKeysRevision: d.Revision})
+	bad = ok
+	bad.RuntimeHealthy, bad.RuntimeError, bad.RuntimeRevision, bad.RuntimeModel = false, "connection refused", 0, ""
+	report(bad)
 	v = e.enforcementOf(t, id)
 	if v.Status != "provisioning" || v.Enforcement.Runtime.Healthy || str(v.Enforcement.Runtime.Error) != "connection refused" {
 		t.Fatalf("runtime down: %+v", v)
 	}
 	// Everything applied: running.
-	report(nodeapi.Observed{Revision: d.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, SSHKeysRevision: d.Revision})
+	report(ok)
 	v = e.enforcementOf(t, id)
 	if v.Status != "running" || v.Enforcement.Firewall.Status != "applied" || v.Enforcement.SSHKeys.Status != "applied" ||
 		!v.Enforcement.Runtime.Healthy || v.Enforcement.Runtime.Error != nil {
@@ -127,7 +136,9 @@ func TestServerShowsEnforcement(t *testing.T) {
 	if err != nil || d2.Revision != v.Enforcement.DesiredRevision {
 		t.Fatalf("desired %+v %v", d2, err)
 	}
-	report(nodeapi.Observed{Revision: d2.Revision, RuntimeHealthy: true, FirewallRevision: d.Revision, FirewallError: "nft: table busy", SSHKeysRevision: d2.Revision})
+	bad = applied(d2, "")
+	bad.FirewallRevision, bad.FirewallError = d.Revision, "nft: table busy"
+	report(bad)
 	v = e.enforcementOf(t, id)
 	if v.Status != "running" || v.Enforcement.Firewall.Status != "failed" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
 		str(v.Enforcement.Firewall.Error) != "nft: table busy" || v.Enforcement.SSHKeys.Status != "applied" {
@@ -146,9 +157,10 @@ func TestServerShowsEnforcement(t *testing.T) {
 	if err != nil || !wd.Wipe {
 		t.Fatalf("wipe %+v %v", wd, err)
 	}
-	report(nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true, FirewallRevision: wd.Revision, SSHKeysRevision: wd.Revision, Wiped: true})
-	report(nodeapi.Observed{Revision: wd.Revision, RuntimeHealthy: true, FirewallRevision: wd.Revision, SSHKeysRevision: wd.Revision,
-		SSHKeysError: "left over from the previous tenant", Wiped: true})
+	report(applied(wd, ""))
+	bad = applied(wd, "")
+	bad.SSHKeysError = "left over from the previous tenant"
+	report(bad)
 	next := idOf(t, e.req("POST", "/v1/servers", serverBody("enf-next")).must(t, 201))
 	v = e.enforcementOf(t, next)
 	if v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" || v.Enforcement.SSHKeys.Error != nil ||

@@ -10,12 +10,15 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/hearthd/hearth/internal/textcheck"
 )
 
 // Error codes of the management API.
 const (
 	CodeInvalidRequest      = "invalid_request"
 	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
 	CodeNotFound            = "not_found"
 	CodeConflict            = "conflict"
 	CodeCapacityUnavailable = "capacity_unavailable"
@@ -33,20 +36,22 @@ type apiError struct {
 	code    string
 	message string
 	param   string
+	// retryAfter, if set, is sent as Retry-After (seconds).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return e.code + ": " + e.message }
 
 func invalid(param, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: CodeInvalidRequest, message: fmt.Sprintf(format, args...), param: param}
+	return &apiError{status: http.StatusBadRequest, code: CodeInvalidRequest, message: fmt.Sprintf(format, clipArgs(args)...), param: clip(param)}
 }
 
 func notFound(param, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: fmt.Sprintf(format, args...), param: param}
+	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: fmt.Sprintf(format, clipArgs(args)...), param: clip(param)}
 }
 
 func conflict(param, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusConflict, code: CodeConflict, message: fmt.Sprintf(format, args...), param: param}
+	return &apiError{status: http.StatusConflict, code: CodeConflict, message: fmt.Sprintf(format, clipArgs(args)...), param: clip(param)}
 }
 
 type errorEnvelope struct {
@@ -82,6 +87,9 @@ func writeRaw(w http.ResponseWriter, status int, b []byte) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
 	obj := errorObject{Code: e.code, Message: e.message, RequestID: w.Header().Get("X-Request-Id")}
 	if e.param != "" {
 		p := e.param
@@ -182,4 +190,26 @@ func jsonTypeName(t reflect.Type) string {
 	default:
 		return "an object"
 	}
+}
+
+// maxEcho bounds how much of a value from the request an error repeats, so
+// an error answer stays small whatever was sent.
+const maxEcho = 64
+
+// clip shortens s to maxEcho bytes plus "…".
+func clip(s string) string { return textcheck.Clip(s, maxEcho) }
+
+// maxArg bounds a string argument of an error message: the values from the
+// request it repeats, and messages of the validators (which quote values
+// themselves), kept whole up to this size.
+const maxArg = 256
+
+// clipArgs clips the string arguments of an error message.
+func clipArgs(args []any) []any {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = textcheck.Clip(s, maxArg)
+		}
+	}
+	return args
 }

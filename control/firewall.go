@@ -56,8 +56,8 @@ func sameRule(a, b firewall.Rule) bool {
 	return a == b
 }
 
-func (s *Server) loadServerParam(r *http.Request) (serverRec, error) {
-	rec, err := s.loadServer(r.PathValue("server_id"))
+func (s *Server) loadServerParam(r *http.Request, rc *reqCtx) (serverRec, error) {
+	rec, err := s.loadServer(rc, r.PathValue("server_id"))
 	var ae *apiError
 	if errors.As(err, &ae) {
 		ae.param = "server_id"
@@ -66,7 +66,7 @@ func (s *Server) loadServerParam(r *http.Request) (serverRec, error) {
 }
 
 func (s *Server) createRule(r *http.Request, rc *reqCtx) (result, error) {
-	srv, err := s.loadServerParam(r)
+	srv, err := s.loadServerParam(r, rc)
 	if err != nil {
 		return result{}, err
 	}
@@ -105,27 +105,24 @@ func (s *Server) createRule(r *http.Request, rc *reqCtx) (result, error) {
 	if count >= MaxRulesPerServer {
 		return result{}, conflict("server_id", "server %s already has the maximum of %d firewall rules", srv.ID, MaxRulesPerServer)
 	}
-	id, err := newID(prefixRule)
-	if err != nil {
-		return result{}, err
-	}
+	id := newID(prefixRule)
 	rule.ID = id
 	m := rc.mutation()
-	rec := ruleRec{ID: id, ServerID: srv.ID, Rule: rule, Seq: m.nextRev(), CreatedAt: rc.now}
+	rec := ruleRec{ID: id, Project: rc.project, ServerID: srv.ID, Rule: rule, Seq: m.nextRev(), CreatedAt: rc.now}
 	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err
 	}
-	if err := m.put(pfxRuleID+id, rec.key()); err != nil {
+	if err := m.put(rec.idKey(), rec.key()); err != nil {
 		return result{}, err
 	}
-	if err := s.bumpNode(m, srv.NodeID); err != nil {
+	if err := m.bump(srv.NodeID); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusCreated, body: ruleOut(rec)}, nil
 }
 
 func (s *Server) listRules(r *http.Request, rc *reqCtx) (result, error) {
-	srv, err := s.loadServerParam(r)
+	srv, err := s.loadServerParam(r, rc)
 	if err != nil {
 		return result{}, err
 	}
@@ -149,38 +146,39 @@ func (s *Server) listRules(r *http.Request, rc *reqCtx) (result, error) {
 	return result{status: http.StatusOK, body: body}, nil
 }
 
-func (s *Server) loadRule(r *http.Request) (serverRec, ruleRec, error) {
-	srv, err := s.loadServerParam(r)
+func (s *Server) loadRule(r *http.Request, rc *reqCtx) (serverRec, ruleRec, error) {
+	srv, err := s.loadServerParam(r, rc)
 	if err != nil {
 		return srv, ruleRec{}, err
 	}
 	id := r.PathValue("rule_id")
-	missing := notFound("rule_id", "no firewall rule %q on server %s", id, srv.ID)
-	if !validID(id, prefixRule) {
-		return srv, ruleRec{}, missing
+	rec, err := loadOwned[ruleRec](s.st, id, prefixRule, pfxRuleID, srv.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return srv, rec, notFound("rule_id", "no firewall rule %q on server %s", id, srv.ID)
+	}
+	return srv, rec, err
+}
+
+// loadOwned reads a record of a server through the server's ID index
+// (idx + server ID + "/" + id → the record's key). A malformed ID, a
+// missing record and another server's record are all store.ErrNotFound,
+// the last two from the same one read: another server's records are not
+// in this server's index.
+func loadOwned[T any](st *store.Store, id, prefix, idx, serverID string) (T, error) {
+	var rec T
+	if !validID(id, prefix) {
+		return rec, store.ErrNotFound
 	}
 	var key string
-	if err := s.st.Get(pfxRuleID+id, &key); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return srv, ruleRec{}, missing
-		}
-		return srv, ruleRec{}, err
+	if err := st.Get(idx+serverID+"/"+id, &key); err != nil {
+		return rec, err
 	}
-	var rec ruleRec
-	if err := s.st.Get(key, &rec); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return srv, ruleRec{}, missing
-		}
-		return srv, ruleRec{}, err
-	}
-	if rec.ServerID != srv.ID {
-		return srv, ruleRec{}, missing
-	}
-	return srv, rec, nil
+	err := st.Get(key, &rec)
+	return rec, err
 }
 
 func (s *Server) getRule(r *http.Request, rc *reqCtx) (result, error) {
-	_, rec, err := s.loadRule(r)
+	_, rec, err := s.loadRule(r, rc)
 	if err != nil {
 		return result{}, err
 	}
@@ -188,14 +186,14 @@ func (s *Server) getRule(r *http.Request, rc *reqCtx) (result, error) {
 }
 
 func (s *Server) deleteRule(r *http.Request, rc *reqCtx) (result, error) {
-	srv, rec, err := s.loadRule(r)
+	srv, rec, err := s.loadRule(r, rc)
 	if err != nil {
 		return result{}, err
 	}
 	m := rc.mutation()
 	m.b.Delete(rec.key())
-	m.b.Delete(pfxRuleID + rec.ID)
-	if err := s.bumpNode(m, srv.NodeID); err != nil {
+	m.b.Delete(rec.idKey())
+	if err := m.bump(srv.NodeID); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusNoContent}, nil

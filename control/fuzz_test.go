@@ -14,7 +14,7 @@ import (
 )
 
 // FuzzCreateRequests feeds arbitrary bodies to every create endpoint of the
-// management API. Whatever the input, the answer is never a 5xx; a refusal
+// management API, and to the server PATCH. Whatever the input, the answer is never a 5xx; a refusal
 // has the documented error shape and code; and what is accepted reads back
 // identically.
 func FuzzCreateRequests(f *testing.F) {
@@ -32,6 +32,12 @@ func FuzzCreateRequests(f *testing.F) {
 		{2, `{"direction":"inbound","protocol":"tcp","port_range":"22; flush ruleset","action":"allow"}`},
 		{2, `[1,2,3]`},
 		{2, `{"port_range":99999999999999999999}`},
+		{3, `{"name":"ci","expires_at":"2099-01-02T03:04:05Z","requests_per_minute":60,"tokens_per_minute":1000}`},
+		{3, `{"name":"ci","expires_at":"2000-01-01T00:00:00Z"}`},
+		{3, `{"name":"ci","requests_per_minute":-1,"expires_at":"soon"}`},
+		{4, `{"model":"llama3.2:3b"}`},
+		{4, `{"name":"host-2","model":null}`},
+		{4, `{"name":"host","ram":64}`},
 	}
 	for _, s := range seeds {
 		f.Add(s.target, []byte(s.body))
@@ -58,33 +64,43 @@ func FuzzCreateRequests(f *testing.F) {
 		h.ServeHTTP(rec, req)
 		return rec
 	}
-	// One node and one server, so rules have somewhere to go.
-	et, err := CreateEnrollmentToken(st, 1, time.Hour, time.Now())
+	// Two nodes and two servers, so rules and API keys have somewhere to go.
+	et, err := CreateEnrollmentToken(st, 2, time.Hour, time.Now())
 	if err != nil {
 		f.Fatal(err)
 	}
-	req := httptest.NewRequest("POST", "/v1/nodes/enroll", bytes.NewReader([]byte(`{"hostname":"n","hardware":{"chip":"cpu","ram":8,"storage":50}}`)))
-	req.Header.Set("Authorization", "Bearer "+et.Token)
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Code != http.StatusCreated {
-		f.Fatalf("enroll: %d %s", rec.Code, rec.Body)
+	for range 2 {
+		req := httptest.NewRequest("POST", "/v1/nodes/enroll", bytes.NewReader([]byte(`{"hostname":"n","hardware":{"chip":"cpu","ram":8,"storage":50}}`)))
+		req.Header.Set("Authorization", "Bearer "+et.Token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated {
+			f.Fatalf("enroll: %d %s", rec.Code, rec.Body)
+		}
 	}
-	rec = do("POST", "/v1/servers", []byte(`{"name":"host","chip":"cpu","ram":8,"storage":50,"stack":"bare","billing":"monthly"}`))
-	if rec.Code != http.StatusCreated {
-		f.Fatalf("create server: %d %s", rec.Code, rec.Body)
+	var host, deployment struct{ ID string }
+	for body, into := range map[string]any{
+		`{"name":"host","chip":"cpu","ram":8,"storage":50,"stack":"bare","billing":"monthly"}`:                        &host,
+		`{"name":"deploy","chip":"cpu","ram":8,"storage":50,"stack":"deployment","model":"tiny","billing":"monthly"}`: &deployment,
+	} {
+		rec := do("POST", "/v1/servers", []byte(body))
+		if rec.Code != http.StatusCreated {
+			f.Fatalf("create server: %d %s", rec.Code, rec.Body)
+		}
+		_ = json.Unmarshal(rec.Body.Bytes(), into)
 	}
-	var host struct{ ID string }
-	_ = json.Unmarshal(rec.Body.Bytes(), &host)
-	targets := []string{"/v1/servers", "/v1/ssh-keys", "/v1/servers/" + host.ID + "/firewall-rules"}
+	targets := []struct{ method, path string }{{"POST", "/v1/servers"}, {"POST", "/v1/ssh-keys"},
+		{"POST", "/v1/servers/" + host.ID + "/firewall-rules"}, {"POST", "/v1/servers/" + deployment.ID + "/api-keys"},
+		{"PATCH", "/v1/servers/" + deployment.ID}}
 	codes := map[string]bool{CodeInvalidRequest: true, CodeConflict: true, CodeCapacityUnavailable: true,
 		CodePayloadTooLarge: true, CodeNotFound: true}
 
 	f.Fuzz(func(t *testing.T, target uint8, body []byte) {
-		path := targets[int(target)%len(targets)]
-		rec := do("POST", path, body)
+		tg := targets[int(target)%len(targets)]
+		path := tg.path
+		rec := do(tg.method, path, body)
 		if rec.Code >= 500 {
-			t.Fatalf("POST %s %q → %d %s", path, body, rec.Code, rec.Body)
+			t.Fatalf("%s %s %q → %d %s", tg.method, path, body, rec.Code, rec.Body)
 		}
 		if rec.Code >= 400 {
 			var eb struct {
@@ -100,23 +116,36 @@ func FuzzCreateRequests(f *testing.F) {
 			}
 			return
 		}
+		if tg.method == "PATCH" {
+			back := do("GET", path, nil)
+			if rec.Code != http.StatusOK || !bytes.Equal(back.Body.Bytes(), rec.Body.Bytes()) {
+				t.Fatalf("PATCH %q → %d %s; reads back as %s", body, rec.Code, rec.Body, back.Body)
+			}
+			return
+		}
 		if rec.Code != http.StatusCreated {
 			t.Fatalf("POST %s %q → %d", path, body, rec.Code)
 		}
-		var created struct{ ID string }
-		if err := json.Unmarshal(rec.Body.Bytes(), &created); err != nil || created.ID == "" {
+		var created map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &created); err != nil || created["id"] == nil {
 			t.Fatalf("POST %s → 201 without an id: %s", path, rec.Body)
 		}
-		back := do("GET", path+"/"+created.ID, nil)
-		if back.Code != http.StatusOK || !bytes.Equal(back.Body.Bytes(), rec.Body.Bytes()) {
-			t.Fatalf("created %s reads back as %d %s, was %s", created.ID, back.Code, back.Body, rec.Body)
+		id, _ := created["id"].(string)
+		// Only the create answer shows an API key's secret.
+		delete(created, "key")
+		want, _ := json.Marshal(created)
+		back := do("GET", path+"/"+id, nil)
+		var got map[string]any
+		_ = json.Unmarshal(back.Body.Bytes(), &got)
+		if gotJSON, _ := json.Marshal(got); back.Code != http.StatusOK || !bytes.Equal(gotJSON, want) {
+			t.Fatalf("created %s reads back as %d %s, was %s", id, back.Code, back.Body, rec.Body)
 		}
 		// Keys and rules are removed again so later inputs are not refused
-		// as duplicates or for the rule limit. (The one node is taken by
-		// "host", so server creates stop at capacity after validation.)
-		if path != targets[0] {
-			if d := do("DELETE", path+"/"+created.ID, nil); d.Code != http.StatusNoContent {
-				t.Fatalf("delete %s: %d %s", created.ID, d.Code, d.Body)
+		// as duplicates or for the limits. (Both nodes are taken, so server
+		// creates stop at capacity after validation.)
+		if path != targets[0].path {
+			if d := do("DELETE", path+"/"+id, nil); d.Code != http.StatusNoContent {
+				t.Fatalf("delete %s: %d %s", id, d.Code, d.Body)
 			}
 		}
 	})

@@ -129,6 +129,7 @@ func (o *openAPI) check(t testing.TB, method, path string, status int, hdr http.
 		name := strings.TrimPrefix(ref, "#/components/responses/")
 		resp = o.doc["components"].(map[string]any)["responses"].(map[string]any)[name].(map[string]any)
 	}
+	o.checkHeaders(t, method, path, status, resp, hdr)
 	if _, hasContent := resp["content"]; !hasContent {
 		if len(body) != 0 {
 			t.Errorf("%s %s → %d: documented without a body but got %q", method, path, status, body)
@@ -136,6 +137,31 @@ func (o *openAPI) check(t testing.TB, method, path string, status int, hdr http.
 		return
 	}
 	o.checkSchema(t, method, path, status, ptr+"/content/application~1json/schema", body)
+}
+
+// checkHeaders fails the test for a header the response documents as
+// required that the answer lacks, or whose value does not match its schema.
+func (o *openAPI) checkHeaders(t testing.TB, method, path string, status int, resp map[string]any, hdr http.Header) {
+	t.Helper()
+	headers, _ := resp["headers"].(map[string]any)
+	for name, h := range headers {
+		def := h.(map[string]any)
+		if ref, ok := def["$ref"].(string); ok {
+			def = o.doc["components"].(map[string]any)["headers"].(map[string]any)[strings.TrimPrefix(ref, "#/components/headers/")].(map[string]any)
+		}
+		v := hdr.Get(name)
+		if v == "" {
+			if def["required"] == true {
+				t.Errorf("%s %s → %d: no %s header, which the OpenAPI document requires", method, path, status, name)
+			}
+			continue
+		}
+		if typ, _ := def["schema"].(map[string]any)["type"].(string); typ == "integer" {
+			if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+				t.Errorf("%s %s → %d: header %s = %q is not an integer", method, path, status, name, v)
+			}
+		}
+	}
 }
 
 func (o *openAPI) checkSchema(t testing.TB, method, path string, status int, ptr string, body []byte) {
@@ -224,6 +250,13 @@ func (e *env) close() {
 	e.ts.Close()
 	e.stop()
 	<-e.done
+	// Whatever the test did, the pool index matches the node records.
+	if missing, extra, err := control.PoolIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		e.t.Errorf("pool index drift: missing %q, extra %q (%v)", missing, extra, err)
+	}
+	if missing, extra, err := control.StatusIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		e.t.Errorf("status index drift: missing %q, extra %q (%v)", missing, extra, err)
+	}
 	if err := e.st.Close(); err != nil {
 		e.t.Errorf("close store: %v", err)
 	}
@@ -410,4 +443,86 @@ func idOf(t testing.TB, a answer) string {
 		t.Fatalf("no id in %s", a.body)
 	}
 	return id
+}
+
+// applied is the report of a node that has applied d wholly: every concern
+// at d's revision and the runtime serving d's model.
+func applied(d nodeapi.Desired, ip string) nodeapi.Observed {
+	return nodeapi.Observed{Revision: d.Revision, IP: ip, RuntimeHealthy: true, RuntimeRevision: d.Revision, RuntimeModel: d.Model,
+		FirewallRevision: d.Revision, SSHKeysRevision: d.Revision, APIKeysRevision: d.Revision, Wiped: d.Wipe}
+}
+
+// fakeClock is the control plane's clock in tests that move time.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newClockEnv is an env on a fake clock whose background sweep never
+// fires after the first: the test calls sweep itself after moving time.
+func newClockEnv(t testing.TB, mod func(*control.Config)) (*env, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+	e := newEnv(t, func(c *control.Config) {
+		c.Now = clk.now
+		c.SweepInterval = time.Hour
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return e, clk
+}
+
+// sweep runs the control plane's periodic work once.
+func (e *env) sweep() {
+	e.t.Helper()
+	if err := e.srv.Sweep(); err != nil {
+		e.t.Fatalf("sweep: %v", err)
+	}
+}
+
+// status is a server's status as GET shows it.
+func (e *env) status(id string) string {
+	e.t.Helper()
+	s, _ := e.req("GET", "/v1/servers/"+id, nil).must(e.t, 200).obj(e.t)["status"].(string)
+	return s
+}
+
+// wantStatus fails the test unless the server shows the status.
+func (e *env) wantStatus(t testing.TB, id, want, when string) {
+	t.Helper()
+	if s := e.status(id); s != want {
+		t.Fatalf("%s: status %s, want %s", when, s, want)
+	}
+}
+
+// desired takes the node's desired state newer than after, failing the
+// test if there is none within a second.
+func (n node) desired(t testing.TB, after uint64) nodeapi.Desired {
+	t.Helper()
+	d, changed, err := n.client.Desired(context.Background(), after, time.Second)
+	if err != nil || !changed {
+		t.Fatalf("desired after %d: %+v changed %v err %v", after, d, changed, err)
+	}
+	return d
+}
+
+// report posts an observed state for the node.
+func (n node) report(t testing.TB, o nodeapi.Observed) {
+	t.Helper()
+	if err := n.client.ReportObserved(context.Background(), o); err != nil {
+		t.Fatalf("report: %v", err)
+	}
 }

@@ -3,13 +3,16 @@ package control
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/nodeapi"
+	"github.com/hearthd/hearth/sshkeys"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -52,24 +55,14 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing, used up or expired enrollment token"})
 		return
 	}
-	id, err := newID(prefixNode)
-	if err != nil {
-		s.nodeInternal(w, err)
-		return
-	}
-	cred, err := newSecret(secretNode)
-	if err != nil {
-		s.nodeInternal(w, err)
-		return
-	}
+	id, cred := newID(prefixNode), newSecret(secretNode)
 	m := s.begin()
 	node := nodeRec{ID: id, Hostname: req.Hostname, Hardware: hw, CredentialHash: hashSecret(cred),
 		Revision: m.nextRev(), LastSeen: now, CreatedAt: now}
 	enr.UsesLeft--
-	err = m.put(pfxNode+id, node)
-	if err == nil {
-		err = m.put(pfxNodeCred+node.CredentialHash, id)
-	}
+	m.orig[id] = "" // new: not in the pool index yet
+	m.saveNode(&node)
+	err := m.put(pfxNodeCred+node.CredentialHash, id)
 	if err == nil {
 		if enr.UsesLeft > 0 {
 			err = m.put(key, enr)
@@ -115,8 +108,17 @@ func (s *Server) authNode(r *http.Request) (string, *apiError) {
 	s.seenMu.Lock()
 	s.lastSeen[id] = s.now()
 	s.seenMu.Unlock()
+	if q := s.admitIn("node/"+id, s.cfg.Now(), s.cfg.NodeRateLimit, s.cfg.NodeRateBurst); q.wait > 0 {
+		return id, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+			message:    "too many requests from this node; retry after the Retry-After delay",
+			retryAfter: int(math.Ceil(q.wait.Seconds()))}
+	}
 	return id, nil
 }
+
+// longPollWriteMargin is the time a long-poll's answer has to be written
+// once its wait is over.
+const longPollWriteMargin = 30 * time.Second
 
 // nodeDesired answers a node's long-poll: its desired state as soon as its
 // revision is newer than ?after=, or 204 after ?wait= seconds (at most
@@ -146,6 +148,10 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(wait, time.Duration(v*float64(time.Second)))
 	}
+	// The server's write timeout bounds ordinary answers; a long-poll
+	// answers after its wait, so it gets that on top (where the writer
+	// supports deadlines: not under httptest's recorder).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + longPollWriteMargin))
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -161,12 +167,16 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, d)
 			return
 		}
+		s.waiting.Add(1)
 		select {
 		case <-ch:
+			s.waiting.Add(-1)
 		case <-timer.C:
+			s.waiting.Add(-1)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		case <-r.Context().Done():
+			s.waiting.Add(-1)
 			return
 		}
 	}
@@ -180,12 +190,15 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 	if err := s.st.Get(pfxNode+nodeID, &n); err != nil {
 		return nodeapi.Desired{}, fmt.Errorf("load node %s: %w", nodeID, err)
 	}
-	d := nodeapi.Desired{NodeID: n.ID, Revision: n.Revision, SSHKeys: []nodeapi.SSHKey{}, FirewallRules: []nodeapi.FirewallRule{}}
+	d := nodeapi.Desired{NodeID: n.ID, Revision: n.Revision, SSHKeys: []sshkeys.Key{}, FirewallRules: []firewall.Rule{},
+		APIKeys: []nodeapi.APIKey{}}
 	if n.ServerID == "" {
+		// A node whose server went without its wipe keeps wiping.
+		d.Wipe = n.WipePending
 		return d, nil
 	}
 	var srv serverRec
-	if err := s.st.Get(pfxServer+n.ServerID, &srv); err != nil {
+	if err := s.st.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
 		return nodeapi.Desired{}, fmt.Errorf("load server %s: %w", n.ServerID, err)
 	}
 	out := s.serverJSON(srv, true)
@@ -200,32 +213,41 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 	}
 	for _, kid := range srv.SSHKeyIDs {
 		var k sshKeyRec
-		if err := s.st.Get(pfxSSHKey+kid, &k); err != nil {
+		if err := s.st.Get(keysOf(srv.Project).sshKey(kid), &k); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
 			return nodeapi.Desired{}, fmt.Errorf("load SSH key %s: %w", kid, err)
 		}
-		d.SSHKeys = append(d.SSHKeys, nodeapi.SSHKey{ID: k.ID, PublicKey: k.PublicKey, Fingerprint: k.Fingerprint})
+		d.SSHKeys = append(d.SSHKeys, sshkeys.Key{ID: k.ID, PublicKey: k.PublicKey, Fingerprint: k.Fingerprint})
 	}
 	// Oldest first: the order in which the rules were added.
 	err := store.ScanJSON(s.st, pfxRule+srv.ID+"/", func(_ string, r ruleRec) (bool, error) {
-		d.FirewallRules = append(d.FirewallRules, nodeapi.FirewallRule{ID: r.ID, Direction: r.Rule.Direction,
-			Protocol: r.Rule.Protocol, PortRange: r.Rule.PortRange, Source: r.Rule.Source,
-			Destination: r.Rule.Destination, Action: r.Rule.Action, Description: r.Rule.Description})
+		rule := r.Rule
+		rule.ID = r.ID
+		d.FirewallRules = append(d.FirewallRules, rule)
 		return true, nil
 	})
 	if err != nil {
 		return nodeapi.Desired{}, fmt.Errorf("load rules of %s: %w", srv.ID, err)
 	}
+	if d.APIKeys, err = s.desiredAPIKeys(srv.ID, s.now()); err != nil {
+		return nodeapi.Desired{}, err
+	}
 	return d, nil
 }
 
 // converged reports whether a node has applied everything of its current
-// revision and its runtime is healthy.
-func converged(o nodeapi.Observed, rev uint64) bool {
-	return o.Revision >= rev && o.FirewallRevision >= rev && o.SSHKeysRevision >= rev &&
-		o.FirewallError == "" && o.SSHKeysError == "" && o.RuntimeHealthy
+// revision rev: firewall rules, SSH keys and API keys without error, a
+// healthy runtime and — for a deployment — the ordered model served and
+// answering at that revision.
+func converged(o nodeapi.Observed, rev uint64, srv serverRec) bool {
+	applied := o.Revision >= rev && o.FirewallRevision >= rev && o.SSHKeysRevision >= rev && o.APIKeysRevision >= rev &&
+		o.FirewallError == "" && o.SSHKeysError == "" && o.APIKeysError == "" && o.RuntimeError == "" && o.RuntimeHealthy
+	if srv.Stack == StackDeployment {
+		return applied && o.RuntimeRevision >= rev && o.RuntimeModel == srv.Model
+	}
+	return applied
 }
 
 // nodeObserved records what a node applied and moves its server through
@@ -254,19 +276,22 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	var n nodeRec
-	if err := s.st.Get(pfxNode+id, &n); err != nil {
-		s.nodeInternal(w, err)
-		return
-	}
 	m := s.begin()
-	n.Observed, n.ObservedAt, n.LastSeen = &o, now, now
-	if err := s.applyObserved(m, &n, o, now); err != nil {
-		m.discard()
-		s.nodeInternal(w, err)
-		return
+	n, err := m.node(id)
+	if err == nil {
+		if e := checkReport(&o, n.Revision); e != nil {
+			m.discard()
+			writeError(w, e)
+			return
+		}
+		// Usage is kept per key (recordUsage), not in the node record.
+		kept := o
+		kept.Usage = nil
+		n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
+		m.saveNode(n)
+		err = s.applyObserved(m, n, o, now)
 	}
-	if err := m.put(pfxNode+n.ID, n); err != nil {
+	if err != nil {
 		m.discard()
 		s.nodeInternal(w, err)
 		return
@@ -280,10 +305,15 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now time.Time) error {
 	if n.ServerID == "" {
+		if n.WipePending && o.Wiped && o.Revision >= n.Revision {
+			n.WipePending, n.Revision = false, m.nextRev()
+			m.wake[n.ID] = true
+			s.log.Info("node reported its wipe; back in the pool", "node", n.ID)
+		}
 		return nil
 	}
 	var srv serverRec
-	if err := s.st.Get(pfxServer+n.ServerID, &srv); err != nil {
+	if err := s.st.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
 		return fmt.Errorf("load server %s: %w", n.ServerID, err)
 	}
 	if srv.Status == StatusDeleting {
@@ -293,77 +323,33 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		if err := s.removeServer(m, srv); err != nil {
 			return err
 		}
-		n.ServerID, n.Revision = "", m.nextRev()
+		n.ServerID, n.ServerProject, n.Revision = "", "", m.nextRev()
 		m.wake[n.ID] = true
 		s.log.Info("server deleted", "server", srv.ID, "node", n.ID)
 		return nil
 	}
+	if err := s.recordUsage(m, srv.ID, o.Usage); err != nil {
+		return err
+	}
 	changed := false
+	if srv.Status == StatusUnreachable {
+		srv.restore()
+		changed = true
+		s.log.Info("server's node reports again", "server", srv.ID, "node", n.ID, "status", srv.Status)
+	}
 	if o.IP != "" && o.IP != srv.IP {
 		srv.IP, changed = o.IP, true
 	}
-	if (srv.Status == StatusProvisioning || srv.Status == StatusFailed) && converged(o, n.Revision) {
-		srv.Status, changed = StatusRunning, true
-		s.log.Info("server running", "server", srv.ID, "node", n.ID)
+	switch srv.Status {
+	case StatusProvisioning, StatusUpdating, StatusFailed:
+		if converged(o, n.Revision, srv) {
+			srv.Status, srv.StatusSince, changed = StatusRunning, now, true
+			s.log.Info("server running", "server", srv.ID, "node", n.ID, "model", srv.Model)
+		}
 	}
 	if !changed {
 		return nil
 	}
 	srv.UpdatedAt = now
-	return m.put(pfxServer+srv.ID, srv)
-}
-
-// Sweep fails servers whose provisioning timed out, purges expired
-// Idempotency-Key answers and persists nodes' last-seen times. Run calls it
-// periodically.
-func (s *Server) Sweep() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	m := s.begin()
-	dirty := false
-	err := store.ScanJSON(s.st, pfxServer, func(_ string, srv serverRec) (bool, error) {
-		if srv.Status != StatusProvisioning || now.Sub(srv.CreatedAt) < s.cfg.ProvisionTimeout {
-			return true, nil
-		}
-		srv.Status, srv.UpdatedAt, dirty = StatusFailed, now, true
-		s.log.Warn("server failed to provision in time", "server", srv.ID, "node", srv.NodeID, "timeout", s.cfg.ProvisionTimeout)
-		return true, m.put(pfxServer+srv.ID, srv)
-	})
-	if err == nil {
-		err = store.ScanJSON(s.st, pfxIdempotency, func(key string, rec idempotencyRec) (bool, error) {
-			if !rec.ExpiresAt.After(now) {
-				m.b.Delete(key)
-				dirty = true
-			}
-			return true, nil
-		})
-	}
-	if err == nil {
-		s.seenMu.Lock()
-		seen := s.lastSeen
-		s.lastSeen = map[string]time.Time{}
-		s.seenMu.Unlock()
-		for id, t := range seen {
-			var n nodeRec
-			if err = s.st.Get(pfxNode+id, &n); err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					err = nil
-					continue
-				}
-				break
-			}
-			if t.After(n.LastSeen) {
-				n.LastSeen, dirty = t, true
-				if err = m.put(pfxNode+id, n); err != nil {
-					break
-				}
-			}
-		}
-	}
-	if err != nil || !dirty {
-		m.discard()
-		return err
-	}
-	return m.commit()
+	return m.put(srv.key(), srv)
 }

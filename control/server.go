@@ -18,10 +18,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/store"
 )
 
@@ -38,11 +40,19 @@ type Config struct {
 	// "{id}" and "{name}" are replaced. Default
 	// "https://{name}.hearth.local/api/v1".
 	DeploymentURLTemplate string
-	// ProvisionTimeout is how long a server may stay provisioning before it
-	// is marked failed. Default 10 minutes.
+	// ProvisionTimeout is how long a server may stay provisioning (or
+	// updating, after a model change) before it is marked failed. Default
+	// 10 minutes.
 	ProvisionTimeout time.Duration
-	// SweepInterval is how often provisioning timeouts and expired
-	// idempotency keys are checked by Run. Default 5 s.
+	// NodeTimeout is how long a node may stay silent before its server
+	// shows as unreachable. Default 90 s: three long-polls.
+	NodeTimeout time.Duration
+	// DeleteTimeout is how long a server stays deleting when its node does
+	// not report the wipe; then the record goes and the node stays out of
+	// the pool until it reports the wipe. Default 5 minutes.
+	DeleteTimeout time.Duration
+	// SweepInterval is how often Run checks timeouts, expires API keys and
+	// purges idempotency keys. Default 5 s.
 	SweepInterval time.Duration
 	// IdempotencyTTL is how long Idempotency-Key answers are kept. Default
 	// 24 h.
@@ -51,6 +61,12 @@ type Config struct {
 	// requests per second refill a bucket of RateBurst. Defaults 20 and 40.
 	RateLimit float64
 	RateBurst int
+	// NodeRateLimit and NodeRateBurst set each node's token bucket for the
+	// node protocol (long-polls and reports together): a node that posts
+	// faster gets 429 with Retry-After, so one node cannot slow the
+	// management API for everyone. Defaults 10 and 40.
+	NodeRateLimit float64
+	NodeRateBurst int
 	// MaxBodyBytes limits request bodies. Default 1 MiB.
 	MaxBodyBytes int64
 	// MaxLongPoll caps a node's desired-state long-poll. Default 30 s.
@@ -75,12 +91,24 @@ type Server struct {
 
 	watchMu sync.Mutex
 	watch   map[string]chan struct{} // node ID → closed on the node's next change
+	waiting atomic.Int64             // long-polls holding a watch channel, waiting for a change
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // API token ID → bucket
 
-	seenMu   sync.Mutex
-	lastSeen map[string]time.Time // node ID → last request, ahead of the stored value
+	tokMu   sync.Mutex
+	tokUsed map[string]time.Time // API token ID → last request, ahead of the stored value
+
+	projMu    sync.Mutex
+	projNames map[string]string // project ID → name; projects are never renamed
+
+	seenMu    sync.Mutex
+	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
+	cursorKey []byte               // signs list cursors (list.go)
+
+	// started bounds how long a node can have been silent: time the
+	// control plane itself was down does not count against nodes.
+	started time.Time
 }
 
 // New builds a Server over an open store.
@@ -94,6 +122,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ProvisionTimeout <= 0 {
 		cfg.ProvisionTimeout = 10 * time.Minute
 	}
+	if cfg.NodeTimeout <= 0 {
+		cfg.NodeTimeout = 90 * time.Second
+	}
+	if cfg.DeleteTimeout <= 0 {
+		cfg.DeleteTimeout = 5 * time.Minute
+	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = 5 * time.Second
 	}
@@ -106,11 +140,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RateBurst <= 0 {
 		cfg.RateBurst = 40
 	}
+	if cfg.NodeRateLimit <= 0 {
+		cfg.NodeRateLimit = 10
+	}
+	if cfg.NodeRateBurst <= 0 {
+		cfg.NodeRateBurst = 40
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
 	}
 	if cfg.MaxLongPoll <= 0 {
-		cfg.MaxLongPoll = nodeapiDefaultWait
+		cfg.MaxLongPoll = nodeapi.DefaultWait
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -119,26 +159,40 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:      cfg,
-		st:       cfg.Store,
-		log:      cfg.Logger,
-		watch:    map[string]chan struct{}{},
-		limiters: map[string]*rate.Limiter{},
-		lastSeen: map[string]time.Time{},
+		cfg:       cfg,
+		st:        cfg.Store,
+		log:       cfg.Logger,
+		watch:     map[string]chan struct{}{},
+		limiters:  map[string]*rate.Limiter{},
+		tokUsed:   map[string]time.Time{},
+		projNames: map[string]string{},
+		lastSeen:  map[string]time.Time{},
+	}
+	s.started = s.now()
+	if err := Migrate(s.st, s.started); err != nil {
+		return nil, err
+	}
+	if err := s.loadProjectNames(); err != nil {
+		return nil, fmt.Errorf("load projects: %w", err)
 	}
 	if err := s.st.Get(keyRevision, &s.rev); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("load revision: %w", err)
 	}
+	if err := s.loadCursorKey(); err != nil {
+		return nil, err
+	}
+	if err := s.rebuildFreeIndex(); err != nil {
+		return nil, err
+	}
+	if err := s.rebuildStatusIndex(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-const nodeapiDefaultWait = 30 * time.Second
-
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
 
-// Run performs periodic work until ctx ends: failing servers whose
-// provisioning timed out, purging expired idempotency keys and persisting
-// nodes' last-seen times.
+// Run performs periodic work (Sweep) until ctx ends.
 func (s *Server) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -161,10 +215,57 @@ type mutation struct {
 	b    *store.Batch
 	rev  uint64
 	wake map[string]bool
+	// nodes are the node records as this change sees them; those in dirty
+	// are written at commit. One change may edit a node twice (a sweep
+	// records its last-seen time and bumps its revision), and each edit
+	// must build on the other rather than on the stored record.
+	nodes map[string]*nodeRec
+	dirty map[string]bool
+	// orig is each loaded node's key in the pool index as stored, so the
+	// commit moves it when the node is taken or freed (capacity.go).
+	orig map[string]string
+	// srvStatus is each server's status as this change left it, for the
+	// status index (statusindex.go).
+	srvStatus map[string]string
 }
 
 func (s *Server) begin() *mutation {
-	return &mutation{s: s, b: s.st.NewBatch(), rev: s.rev, wake: map[string]bool{}}
+	return &mutation{s: s, b: s.st.NewBatch(), rev: s.rev, wake: map[string]bool{},
+		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
+}
+
+// node returns a node as this change sees it, its staged edits included.
+// Edits through the pointer are written at commit once saveNode marks it.
+func (m *mutation) node(id string) (*nodeRec, error) {
+	if n, ok := m.nodes[id]; ok {
+		return n, nil
+	}
+	var n nodeRec
+	if err := m.s.st.Get(pfxNode+id, &n); err != nil {
+		return nil, fmt.Errorf("load node %s: %w", id, err)
+	}
+	m.nodes[id] = &n
+	m.orig[id] = freeKey(&n)
+	return &n, nil
+}
+
+// saveNode marks a node edited in this change, to be written at commit.
+func (m *mutation) saveNode(n *nodeRec) {
+	m.nodes[n.ID] = n
+	m.dirty[n.ID] = true
+}
+
+// bump gives a node a new desired revision and wakes its long-poll once
+// the change is committed.
+func (m *mutation) bump(nodeID string) error {
+	n, err := m.node(nodeID)
+	if err != nil {
+		return err
+	}
+	n.Revision = m.nextRev()
+	m.wake[nodeID] = true
+	m.saveNode(n)
+	return nil
 }
 
 // nextRev takes the next global revision.
@@ -177,11 +278,43 @@ func (m *mutation) put(key string, v any) error {
 	if err := m.b.Put(key, v); err != nil {
 		return fmt.Errorf("stage %s: %w", key, err)
 	}
+	// A server record carries its entry in the status index along.
+	switch rec := v.(type) {
+	case serverRec:
+		return m.indexServer(rec)
+	case *serverRec:
+		return m.indexServer(*rec)
+	}
 	return nil
 }
 
 // commit makes the change durable, then wakes the nodes it touched.
 func (m *mutation) commit() error {
+	for id := range m.dirty {
+		n := m.nodes[id]
+		if err := m.put(pfxNode+id, n); err != nil {
+			m.b.Discard()
+			return err
+		}
+		old, ok := m.orig[id]
+		if !ok {
+			var stored nodeRec
+			if err := m.s.st.Get(pfxNode+id, &stored); err == nil {
+				old = freeKey(&stored)
+			}
+		}
+		if k := freeKey(n); k != old {
+			if old != "" {
+				m.b.Delete(old)
+			}
+			if k != "" {
+				if err := m.b.PutRaw(k, nil); err != nil {
+					m.b.Discard()
+					return err
+				}
+			}
+		}
+	}
 	if m.rev != m.s.rev {
 		if err := m.b.Put(keyRevision, m.rev); err != nil {
 			m.b.Discard()
@@ -235,6 +368,9 @@ func (s *Server) Handler() http.Handler {
 		// The method-less pattern is less specific, so it only catches the
 		// methods not registered above.
 		mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			if !s.gateManaged(w, r) {
+				return
+			}
 			w.Header().Set("Allow", allowed)
 			writeError(w, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethodNotAllowed,
 				message: fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, allowed)})
@@ -246,7 +382,16 @@ func (s *Server) Handler() http.Handler {
 	})
 	route("/v1/servers/{id}", map[string]http.HandlerFunc{
 		"GET":    s.api(s.getServer),
+		"PATCH":  s.api(s.patchServer),
 		"DELETE": s.api(s.deleteServer),
+	})
+	route("/v1/servers/{server_id}/api-keys", map[string]http.HandlerFunc{
+		"GET":  s.api(s.listAPIKeys),
+		"POST": s.api(s.createAPIKey),
+	})
+	route("/v1/servers/{server_id}/api-keys/{key_id}", map[string]http.HandlerFunc{
+		"GET":    s.api(s.getAPIKey),
+		"DELETE": s.api(s.deleteAPIKey),
 	})
 	route("/v1/ssh-keys", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listSSHKeys),
@@ -271,19 +416,31 @@ func (s *Server) Handler() http.Handler {
 	route("/v1/nodes/self/desired", map[string]http.HandlerFunc{"GET": s.nodeDesired})
 	route("/v1/nodes/self/observed", map[string]http.HandlerFunc{"POST": s.nodeObserved})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if !s.gateManaged(w, r) {
+			return
+		}
 		writeError(w, notFound("", "no such endpoint: %s", r.URL.Path))
 	})
 	return s.frame(mux)
+}
+
+// gateManaged gates a 404 or 405 answer under the management API like the
+// API's own answers (a token, its bucket and RateLimit-* headers); the node
+// protocol and the public OpenAPI document answer them as they are.
+func (s *Server) gateManaged(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.Path
+	if !strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/v1/nodes/") || p == "/v1/openapi.json" {
+		return true
+	}
+	_, ok := s.gate(w, r)
+	return ok
 }
 
 // frame wraps every request: a request ID on every answer, the body limit,
 // and a JSON 500 instead of a dropped connection if a handler panics.
 func (s *Server) frame(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rid, err := newID(prefixRequest)
-		if err != nil {
-			rid = prefixRequest + "unavailable"
-		}
+		rid := newID(prefixRequest)
 		w.Header().Set("X-Request-Id", rid)
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		defer func() {

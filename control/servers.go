@@ -1,11 +1,13 @@
 package control
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,7 +67,11 @@ func (s *Server) serverJSON(rec serverRec, fullIP bool) serverJSON {
 	}
 	if rec.Stack == StackDeployment {
 		model := rec.Model
-		u := strings.NewReplacer("{id}", rec.ID, "{name}", rec.Name).Replace(s.cfg.DeploymentURLTemplate)
+		u := s.cfg.DeploymentURLTemplate
+		if strings.Contains(u, "{project}") {
+			u = strings.ReplaceAll(u, "{project}", s.projectName(rec.Project))
+		}
+		u = strings.NewReplacer("{id}", rec.ID, "{name}", rec.Name).Replace(u)
 		out.Model, out.DeploymentURL = &model, &u
 	}
 	if rec.IP != "" {
@@ -149,7 +155,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, e
 	}
 	for _, id := range req.SSHKeyIDs {
-		ok, err := s.st.Has(pfxSSHKey + id)
+		ok, err := s.st.Has(rc.pk.sshKey(id))
 		if err != nil {
 			return result{}, err
 		}
@@ -158,7 +164,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		}
 	}
 	var existing string
-	if err := s.st.Get(pfxServerName+req.Name, &existing); err == nil {
+	if err := s.st.Get(rc.pk.serverName(req.Name), &existing); err == nil {
 		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, existing)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return result{}, err
@@ -172,31 +178,26 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, &apiError{status: http.StatusConflict, code: CodeCapacityUnavailable,
 			message: fmt.Sprintf("no free node with chip %s, at least %d GB RAM and %d GB storage", req.Chip, req.RAM, req.Storage)}
 	}
-	id, err := newID(prefixServer)
-	if err != nil {
-		return result{}, err
-	}
+	id := newID(prefixServer)
 	m := rc.mutation()
 	rev := m.nextRev()
 	rec := serverRec{
-		ID: id, Name: req.Name, Status: StatusProvisioning, Chip: req.Chip, RAM: req.RAM, Storage: req.Storage,
+		ID: id, Project: rc.project, Name: req.Name, Status: StatusProvisioning, Chip: req.Chip, RAM: req.RAM, Storage: req.Storage,
 		Stack: req.Stack, Model: req.Model, Billing: req.Billing, SSHKeyIDs: req.SSHKeyIDs,
-		NodeID: node.ID, Seq: rev, CreatedAt: rc.now, UpdatedAt: rc.now,
+		NodeID: node.ID, Seq: rev, CreatedAt: rc.now, UpdatedAt: rc.now, StatusSince: rc.now,
 	}
 	if rec.SSHKeyIDs == nil {
 		rec.SSHKeyIDs = []string{}
 	}
-	node.ServerID, node.Revision = id, rev
-	if err := m.put(pfxServer+id, rec); err != nil {
+	node.ServerID, node.ServerProject, node.Revision = id, rc.project, rev
+	m.saveNode(&node)
+	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err
 	}
-	if err := m.put(pfxServerSeq+seqKey(rev, id), id); err != nil {
+	if err := m.put(rc.pk.serverSeq()+seqKey(rev, id), id); err != nil {
 		return result{}, err
 	}
-	if err := m.put(pfxServerName+req.Name, id); err != nil {
-		return result{}, err
-	}
-	if err := m.put(pfxNode+node.ID, node); err != nil {
+	if err := m.put(rc.pk.serverName(req.Name), id); err != nil {
 		return result{}, err
 	}
 	m.wake[node.ID] = true
@@ -205,29 +206,8 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	return result{status: http.StatusCreated, body: out}, nil
 }
 
-// pickNode finds the free node that fits with the least hardware to spare,
-// so that big nodes stay available for big requests. The caller holds s.mu
-// and commits the assignment in the same change.
-func (s *Server) pickNode(chip string, ram, storage int) (nodeRec, bool, error) {
-	var best nodeRec
-	found := false
-	err := store.ScanJSON(s.st, pfxNode, func(_ string, n nodeRec) (bool, error) {
-		hw := n.Hardware
-		if n.ServerID != "" || hw.Chip != chip || hw.RAM < ram || hw.Storage < storage {
-			return true, nil
-		}
-		if !found || hw.RAM < best.Hardware.RAM || hw.RAM == best.Hardware.RAM && hw.Storage < best.Hardware.Storage {
-			best, found = n, true
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nodeRec{}, false, fmt.Errorf("scan nodes: %w", err)
-	}
-	return best, found, nil
-}
-
-var serverStatuses = map[string]bool{StatusProvisioning: true, StatusRunning: true, StatusFailed: true, StatusDeleting: true}
+// serverStatuses lists every status, in lifecycle order.
+var serverStatuses = []string{StatusProvisioning, StatusRunning, StatusUpdating, StatusFailed, StatusUnreachable, StatusDeleting}
 
 func (s *Server) listServers(r *http.Request, rc *reqCtx) (result, error) {
 	p, e := parsePage(r, "status")
@@ -236,16 +216,21 @@ func (s *Server) listServers(r *http.Request, rc *reqCtx) (result, error) {
 	}
 	q := r.URL.Query()
 	status := q.Get("status")
-	if q.Has("status") && (!serverStatuses[status] || len(q["status"]) != 1) {
-		return result{}, invalid("status", "status must be one of: provisioning, running, failed, deleting")
+	if q.Has("status") && (!slices.Contains(serverStatuses, status) || len(q["status"]) != 1) {
+		return result{}, invalid("status", "status must be one of: %s", strings.Join(serverStatuses, ", "))
 	}
 	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixServer) {
 		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
-	body, err := s.scanPage(pfxServerSeq, p, func(_ string, val []byte) (any, bool, error) {
+	// With a status, the status index holds just those servers.
+	index := rc.pk.serverSeq()
+	if status != "" {
+		index = rc.pk.serverStatus(status)
+	}
+	body, err := s.scanPage(index, p, func(_ string, val []byte) (any, bool, error) {
 		var rec serverRec
 		id := strings.Trim(string(val), `"`)
-		if err := s.st.Get(pfxServer+id, &rec); err != nil {
+		if err := s.st.Get(rc.pk.server(id), &rec); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, false, nil
 			}
@@ -263,12 +248,15 @@ func (s *Server) listServers(r *http.Request, rc *reqCtx) (result, error) {
 	return result{status: http.StatusOK, body: body}, nil
 }
 
-func (s *Server) loadServer(id string) (serverRec, error) {
+// loadServer reads a server of the request's project. Another project's
+// server is not in its key space: it is not found by the same one read
+// that finds no unknown ID, and answered alike.
+func (s *Server) loadServer(rc *reqCtx, id string) (serverRec, error) {
 	var rec serverRec
 	if !validID(id, prefixServer) {
 		return rec, notFound("id", "no server %q", id)
 	}
-	if err := s.st.Get(pfxServer+id, &rec); err != nil {
+	if err := s.st.Get(rc.pk.server(id), &rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return rec, notFound("id", "no server %q", id)
 		}
@@ -278,7 +266,7 @@ func (s *Server) loadServer(id string) (serverRec, error) {
 }
 
 func (s *Server) getServer(r *http.Request, rc *reqCtx) (result, error) {
-	rec, err := s.loadServer(r.PathValue("id"))
+	rec, err := s.loadServer(rc, r.PathValue("id"))
 	if err != nil {
 		return result{}, err
 	}
@@ -292,7 +280,7 @@ func (s *Server) getServer(r *http.Request, rc *reqCtx) (result, error) {
 // deleteServer answers 204 at once and marks the server deleting; the
 // record disappears when its node confirms the wipe.
 func (s *Server) deleteServer(r *http.Request, rc *reqCtx) (result, error) {
-	rec, err := s.loadServer(r.PathValue("id"))
+	rec, err := s.loadServer(rc, r.PathValue("id"))
 	if err != nil {
 		return result{}, err
 	}
@@ -300,36 +288,129 @@ func (s *Server) deleteServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, notFound("id", "server %q is already being deleted", rec.ID)
 	}
 	m := rc.mutation()
-	rec.Status, rec.UpdatedAt = StatusDeleting, rc.now
-	if err := m.put(pfxServer+rec.ID, rec); err != nil {
+	rec.Status, rec.PrevStatus, rec.StatusSince, rec.UpdatedAt = StatusDeleting, "", rc.now, rc.now
+	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err
 	}
-	if err := s.bumpNode(m, rec.NodeID); err != nil {
+	if err := m.bump(rec.NodeID); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusNoContent}, nil
 }
 
-// bumpNode gives a node a new desired revision and wakes its long-poll.
-func (s *Server) bumpNode(m *mutation, nodeID string) error {
-	var n nodeRec
-	if err := s.st.Get(pfxNode+nodeID, &n); err != nil {
-		return fmt.Errorf("load node %s: %w", nodeID, err)
-	}
-	n.Revision = m.nextRev()
-	m.wake[nodeID] = true
-	return m.put(pfxNode+nodeID, n)
+// patchServerReq is a PATCH body. The fields stay raw so that an explicit
+// null is refused rather than read as "absent".
+type patchServerReq struct {
+	Name  json.RawMessage `json:"name"`
+	Model json.RawMessage `json:"model"`
 }
 
-// removeServer stages the removal of a server and everything under it.
+// patchString decodes one PATCH field: ok is false when it is absent.
+func patchString(raw json.RawMessage, param string) (v string, ok bool, e *apiError) {
+	if raw == nil {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || string(raw) == "null" {
+		return "", false, invalid(param, "%s must be a string", param)
+	}
+	return v, true, nil
+}
+
+// patchServer renames a server and/or changes its model. A new model puts
+// the server in "updating" until its node serves it (or "failed" after
+// ProvisionTimeout); a rename changes the deployment URL. Either gives the
+// node a new revision. Nothing else about the server changes.
+func (s *Server) patchServer(r *http.Request, rc *reqCtx) (result, error) {
+	rec, err := s.loadServer(rc, r.PathValue("id"))
+	if err != nil {
+		return result{}, err
+	}
+	var req patchServerReq
+	if e := decodeJSON(r, &req); e != nil {
+		return result{}, e
+	}
+	name, hasName, e := patchString(req.Name, "name")
+	if e != nil {
+		return result{}, e
+	}
+	model, hasModel, e := patchString(req.Model, "model")
+	if e != nil {
+		return result{}, e
+	}
+	if !hasName && !hasModel {
+		return result{}, invalid("", "nothing to change: send name and/or model")
+	}
+	if hasName && !namePattern.MatchString(name) {
+		return result{}, invalid("name", "name must be 1 to 63 lowercase letters, digits or '-', starting and ending with a letter or digit")
+	}
+	if hasModel && rec.Stack != StackDeployment {
+		return result{}, invalid("model", "model is only allowed with the deployment stack; server %s is %s", rec.ID, rec.Stack)
+	}
+	if hasModel && !modelPattern.MatchString(model) {
+		return result{}, invalid("model", "model must be 1 to 200 characters of letters, digits and ._:/+-")
+	}
+	if rec.Status == StatusDeleting {
+		return result{}, conflict("id", "server %s is being deleted", rec.ID)
+	}
+	m := rc.mutation()
+	changed := false
+	if hasName && name != rec.Name {
+		var existing string
+		if err := s.st.Get(rc.pk.serverName(name), &existing); err == nil {
+			return result{}, conflict("name", "a server named %q already exists: %s", name, existing)
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return result{}, err
+		}
+		m.b.Delete(rc.pk.serverName(rec.Name))
+		if err := m.put(rc.pk.serverName(name), rec.ID); err != nil {
+			return result{}, err
+		}
+		rec.Name, changed = name, true
+	}
+	if hasModel && model != rec.Model {
+		rec.Model, changed = model, true
+		rec.setLifecycle(StatusUpdating, rc.now)
+	}
+	if changed {
+		rec.UpdatedAt = rc.now
+		if err := m.put(rec.key(), rec); err != nil {
+			return result{}, err
+		}
+		if err := m.bump(rec.NodeID); err != nil {
+			return result{}, err
+		}
+	}
+	out := s.serverJSON(rec, true)
+	n, err := m.node(rec.NodeID)
+	if err != nil {
+		return result{}, err
+	}
+	out.Enforcement = enforcement(rec, *n)
+	return result{status: http.StatusOK, body: out}, nil
+}
+
+// removeServer stages the removal of a server and everything under it:
+// its name, its firewall rules and its API keys with their usage.
 func (s *Server) removeServer(m *mutation, rec serverRec) error {
-	m.b.Delete(pfxServer + rec.ID)
-	m.b.Delete(pfxServerSeq + seqKey(rec.Seq, rec.ID))
-	m.b.Delete(pfxServerName + rec.Name)
-	return s.st.Scan(pfxRule+rec.ID+"/", "", false, func(key string, val []byte) (bool, error) {
+	pk := keysOf(rec.Project)
+	m.b.Delete(rec.key())
+	m.unindexServer(rec)
+	m.b.Delete(pk.serverSeq() + seqKey(rec.Seq, rec.ID))
+	m.b.Delete(pk.serverName(rec.Name))
+	err := s.st.Scan(pfxRule+rec.ID+"/", "", false, func(key string, val []byte) (bool, error) {
 		m.b.Delete(key)
-		id := key[strings.LastIndexByte(key, '/')+1:]
-		m.b.Delete(pfxRuleID + id)
+		m.b.Delete(pfxRuleID + rec.ID + "/" + key[strings.LastIndexByte(key, '/')+1:])
 		return true, nil
 	})
+	if err != nil {
+		return fmt.Errorf("remove rules of %s: %w", rec.ID, err)
+	}
+	err = store.ScanJSON(s.st, pfxAPIKey+rec.ID+"/", func(_ string, k apiKeyRec) (bool, error) {
+		removeAPIKey(m, k)
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("remove API keys of %s: %w", rec.ID, err)
+	}
+	return nil
 }

@@ -5,9 +5,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/hearthd/hearth/internal/textcheck"
 	"github.com/hearthd/hearth/sshkeys"
 	"github.com/hearthd/hearth/store"
 )
@@ -34,16 +34,15 @@ func sshKeyOut(k sshKeyRec) sshKeyJSON {
 		Type: k.Type, Bits: k.Bits, CreatedAt: formatTime(k.CreatedAt)}
 }
 
+// validName accepts a name people will read in lists and terminals: 1 to
+// maxKeyNameLen characters, no surrounding spaces, and nothing that does
+// not show as itself (control, bidi override and other format characters).
 func validName(s string) bool {
 	if s == "" || utf8.RuneCountInString(s) > maxKeyNameLen || !utf8.ValidString(s) || strings.TrimSpace(s) != s {
 		return false
 	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
+	_, hidden := textcheck.Hidden(s)
+	return !hidden
 }
 
 func (s *Server) createSSHKey(r *http.Request, rc *reqCtx) (result, error) {
@@ -52,33 +51,30 @@ func (s *Server) createSSHKey(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, e
 	}
 	if !validName(req.Name) {
-		return result{}, invalid("name", "name must be 1 to %d characters without control characters or surrounding spaces", maxKeyNameLen)
+		return result{}, invalid("name", "name must be 1 to %d characters without control or invisible formatting characters (such as bidi overrides) or surrounding spaces", maxKeyNameLen)
 	}
 	pk, err := sshkeys.Parse(req.PublicKey)
 	if err != nil {
 		return result{}, invalid("public_key", "%v", err)
 	}
 	var existing string
-	if err := s.st.Get(pfxSSHKeyFP+pk.Fingerprint, &existing); err == nil {
+	if err := s.st.Get(rc.pk.sshKeyFP(pk.Fingerprint), &existing); err == nil {
 		return result{}, conflict("public_key", "this key is already registered as %s", existing)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return result{}, err
 	}
-	id, err := newID(prefixSSHKey)
-	if err != nil {
-		return result{}, err
-	}
+	id := newID(prefixSSHKey)
 	m := rc.mutation()
 	seq := m.nextRev()
-	rec := sshKeyRec{ID: id, Name: req.Name, PublicKey: pk.Line, Fingerprint: pk.Fingerprint, Type: pk.Type,
+	rec := sshKeyRec{ID: id, Project: rc.project, Name: req.Name, PublicKey: pk.Line, Fingerprint: pk.Fingerprint, Type: pk.Type,
 		Bits: pk.Bits, Comment: pk.Comment, Seq: seq, CreatedAt: rc.now}
-	if err := m.put(pfxSSHKey+id, rec); err != nil {
+	if err := m.put(rc.pk.sshKey(id), rec); err != nil {
 		return result{}, err
 	}
-	if err := m.put(pfxSSHKeySeq+seqKey(seq, id), id); err != nil {
+	if err := m.put(rc.pk.sshKeySeq()+seqKey(seq, id), id); err != nil {
 		return result{}, err
 	}
-	if err := m.put(pfxSSHKeyFP+pk.Fingerprint, id); err != nil {
+	if err := m.put(rc.pk.sshKeyFP(pk.Fingerprint), id); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusCreated, body: sshKeyOut(rec)}, nil
@@ -92,9 +88,9 @@ func (s *Server) listSSHKeys(r *http.Request, rc *reqCtx) (result, error) {
 	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixSSHKey) {
 		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
-	body, err := s.scanPage(pfxSSHKeySeq, p, func(_ string, val []byte) (any, bool, error) {
+	body, err := s.scanPage(rc.pk.sshKeySeq(), p, func(_ string, val []byte) (any, bool, error) {
 		var rec sshKeyRec
-		if err := s.st.Get(pfxSSHKey+strings.Trim(string(val), `"`), &rec); err != nil {
+		if err := s.st.Get(rc.pk.sshKey(strings.Trim(string(val), `"`)), &rec); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return nil, false, nil
 			}
@@ -108,12 +104,13 @@ func (s *Server) listSSHKeys(r *http.Request, rc *reqCtx) (result, error) {
 	return result{status: http.StatusOK, body: body}, nil
 }
 
-func (s *Server) loadSSHKey(id string) (sshKeyRec, error) {
+// loadSSHKey reads an SSH key of the request's project (see loadServer).
+func (s *Server) loadSSHKey(rc *reqCtx, id string) (sshKeyRec, error) {
 	var rec sshKeyRec
 	if !validID(id, prefixSSHKey) {
 		return rec, notFound("id", "no SSH key %q", id)
 	}
-	if err := s.st.Get(pfxSSHKey+id, &rec); err != nil {
+	if err := s.st.Get(rc.pk.sshKey(id), &rec); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return rec, notFound("id", "no SSH key %q", id)
 		}
@@ -123,7 +120,7 @@ func (s *Server) loadSSHKey(id string) (sshKeyRec, error) {
 }
 
 func (s *Server) getSSHKey(r *http.Request, rc *reqCtx) (result, error) {
-	rec, err := s.loadSSHKey(r.PathValue("id"))
+	rec, err := s.loadSSHKey(rc, r.PathValue("id"))
 	if err != nil {
 		return result{}, err
 	}
@@ -134,25 +131,26 @@ func (s *Server) getSSHKey(r *http.Request, rc *reqCtx) (result, error) {
 // giving those servers' nodes a new revision so the key leaves
 // authorized_keys.
 func (s *Server) deleteSSHKey(r *http.Request, rc *reqCtx) (result, error) {
-	rec, err := s.loadSSHKey(r.PathValue("id"))
+	rec, err := s.loadSSHKey(rc, r.PathValue("id"))
 	if err != nil {
 		return result{}, err
 	}
 	m := rc.mutation()
-	m.b.Delete(pfxSSHKey + rec.ID)
-	m.b.Delete(pfxSSHKeySeq + seqKey(rec.Seq, rec.ID))
-	m.b.Delete(pfxSSHKeyFP + rec.Fingerprint)
-	err = store.ScanJSON(s.st, pfxServer, func(_ string, srv serverRec) (bool, error) {
+	m.b.Delete(rc.pk.sshKey(rec.ID))
+	m.b.Delete(rc.pk.sshKeySeq() + seqKey(rec.Seq, rec.ID))
+	m.b.Delete(rc.pk.sshKeyFP(rec.Fingerprint))
+	// Only the project's servers can list the key.
+	err = store.ScanJSON(s.st, rc.pk.servers(), func(_ string, srv serverRec) (bool, error) {
 		i := slices.Index(srv.SSHKeyIDs, rec.ID)
 		if i < 0 {
 			return true, nil
 		}
 		srv.SSHKeyIDs = slices.Delete(srv.SSHKeyIDs, i, i+1)
 		srv.UpdatedAt = rc.now
-		if err := m.put(pfxServer+srv.ID, srv); err != nil {
+		if err := m.put(srv.key(), srv); err != nil {
 			return false, err
 		}
-		return true, s.bumpNode(m, srv.NodeID)
+		return true, m.bump(srv.NodeID)
 	})
 	if err != nil {
 		return result{}, err

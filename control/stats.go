@@ -1,30 +1,22 @@
 package control
 
-import (
-	"time"
+import "github.com/hearthd/hearth/store"
 
-	"github.com/hearthd/hearth/store"
-)
-
-// connectedWindow is how recently a node must have called in to count as
-// connected: a long-poll returns at least every MaxLongPoll, so a live node
-// is never quiet for long.
-const connectedWindow = 90 * time.Second
-
-// NodesConnected counts the nodes heard from within the last 90 s. Read at
-// metrics scrapes.
+// NodesConnected counts the nodes heard from within NodeTimeout: a
+// long-poll returns at least every MaxLongPoll, so a live node is never
+// quiet for long. Read at metrics scrapes.
 func (s *Server) NodesConnected() int {
 	now := s.now()
 	seen := map[string]bool{}
 	s.seenMu.Lock()
 	for id, t := range s.lastSeen {
-		if now.Sub(t) <= connectedWindow {
+		if now.Sub(t) < s.cfg.NodeTimeout {
 			seen[id] = true
 		}
 	}
 	s.seenMu.Unlock()
 	_ = store.ScanJSON(s.st, pfxNode, func(_ string, n nodeRec) (bool, error) {
-		if now.Sub(n.LastSeen) <= connectedWindow {
+		if now.Sub(n.LastSeen) < s.cfg.NodeTimeout {
 			seen[n.ID] = true
 		}
 		return true, nil
@@ -36,10 +28,10 @@ func (s *Server) NodesConnected() int {
 // Read at metrics scrapes.
 func (s *Server) ServersByStatus() map[string]int {
 	counts := map[string]int{}
-	for _, st := range []string{StatusProvisioning, StatusRunning, StatusFailed, StatusDeleting} {
+	for _, st := range serverStatuses {
 		counts[st] = 0
 	}
-	_ = store.ScanJSON(s.st, pfxServer, func(_ string, r serverRec) (bool, error) {
+	_ = s.eachServer(func(r serverRec) (bool, error) {
 		counts[r.Status]++
 		return true, nil
 	})

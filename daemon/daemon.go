@@ -1,6 +1,7 @@
-// Package daemon is the node: it wires the concerns (runtime, API keys,
-// state) into hearthd, serves the fasthttp deployment API and runs the
-// start-up and shutdown order.
+// Package daemon is the node: it wires the concerns (state, API keys, the
+// model runtime, the deployment API, the agents that enforce the desired
+// state) into hearthd and runs them in order — built one after the other,
+// run as one group, stopped phase by phase (lifecycle.go).
 package daemon
 
 import (
@@ -12,14 +13,21 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/agent"
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/deployapi"
+	"github.com/hearthd/hearth/internal/adminsock"
+	"github.com/hearthd/hearth/internal/backoff"
+	"github.com/hearthd/hearth/internal/certreload"
+	"github.com/hearthd/hearth/internal/statedir"
+	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/llm/ollama"
 	"github.com/hearthd/hearth/metrics"
-	"github.com/hearthd/hearth/runtime"
-	"github.com/hearthd/hearth/runtime/ollama"
 	"github.com/hearthd/hearth/store"
 	"github.com/hearthd/hearth/systemd"
 )
@@ -27,7 +35,13 @@ import (
 // Run serves until ctx ends, then drains and stops. Start-up order: state,
 // API keys and the admin socket; the runtime (started and supervised if
 // configured); the deployment API listener, which answers /healthz at once
-// and 503 until the model is present and loaded; then ready.
+// and 503 until the model is present and loaded; then ready. The model
+// served is the runtime concern's (agent.Runtime): --model, or the one the
+// control plane orders.
+//
+// cfg must have passed Config.Validate: configuration is checked once,
+// where it is loaded (cmd/hearthd, before the logger it configures
+// exists), as hearth-control does, and not again here.
 func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) error {
 	return RunWith(ctx, cfg, version, log, systemd.SdNotifier{})
 }
@@ -36,80 +50,228 @@ func Run(ctx context.Context, cfg Config, version string, log *slog.Logger) erro
 // proceeds, READY=1 once state is loaded, rules applied and the model warm,
 // watchdog pings while the API answers, STOPPING=1 on shutdown.
 func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, n systemd.Notifier) error {
-	if err := cfg.Validate(); err != nil {
+	return runNode(ctx, cfg, version, log, n, options{})
+}
+
+// options are the seams the package's tests use; the zero value is hearthd.
+type options struct {
+	// runtime replaces the Ollama backend.
+	runtime func(Config, *slog.Logger) (modelRuntime, error)
+	// extra adds components to the group; they get the built node.
+	extra []func(*node) component
+	// watchEvery is how often the runtime is checked for a lost model
+	// (default 3 s).
+	watchEvery time.Duration
+}
+
+// node is one hearthd: what start-up built, in start-up order, and the
+// components that run it.
+type node struct {
+	cfg     Config
+	version string
+	log     *slog.Logger
+	notify  systemd.Notifier
+	opts    options
+
+	st   *store.Store
+	keys *apikeys.Keyring
+	m    *metrics.Node
+	rt   modelRuntime // the runtime of --model; ForModel gives the others
+	api  *deployapi.API
+	srv  *fasthttp.Server
+	ln   net.Listener
+	url  string // the deployment API's base URL, for the log
+	enf  *agent.Enforcer
+
+	// runtime converges the model served (models does the work); a
+	// restarted runtime starts empty, so it is told when the model is lost.
+	runtime       *agent.Runtime
+	models        *modelServer
+	modelTemplate string // --model-template's content
+
+	group   group
+	closers []func() // what start-up opened, closed once the group is done
+}
+
+// runNode builds the node, runs it until ctx ends, then stops every component
+// and only then closes the key ring and the store.
+func runNode(ctx context.Context, cfg Config, version string, log *slog.Logger, n systemd.Notifier, opts options) error {
+	nd := &node{cfg: cfg, version: version, log: log, notify: n, opts: opts, group: group{log: log}}
+	defer nd.close()
+	if err := nd.setup(ctx); err != nil {
 		return err
 	}
-	status := func(s string) {
-		if err := n.Status(s); err != nil {
-			log.Debug("sd_notify", "err", err)
+	return nd.group.run(ctx)
+}
+
+// setup builds every part in start-up order and adds its components to the
+// group; nothing runs before all of it succeeded.
+func (nd *node) setup(ctx context.Context) error {
+	nd.status("loading state")
+	if err := nd.openState(); err != nil {
+		return err
+	}
+	nd.m = metrics.NewNode(nd.version)
+	if err := nd.openMetrics(); err != nil {
+		return err
+	}
+	if err := nd.openRuntime(); err != nil {
+		return err
+	}
+	if err := nd.openAPI(); err != nil {
+		return err
+	}
+	if err := nd.openModels(); err != nil {
+		return err
+	}
+	if nd.cfg.ControlURL != "" || nd.cfg.DesiredStateFile != "" {
+		if err := nd.openEnforcement(ctx); err != nil {
+			return err
 		}
 	}
-	status("loading state")
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
+	nd.group.add(component{name: "readiness", phase: phaseFront, run: nd.readiness})
+	nd.group.add(component{name: "runtime watch", phase: phaseFront, run: nd.watchRuntime})
+	for _, extra := range nd.opts.extra {
+		nd.group.add(extra(nd))
+	}
+	return nil
+}
+
+// onClose registers f to run when the node is done, after the group.
+func (nd *node) onClose(f func()) { nd.closers = append(nd.closers, f) }
+
+func (nd *node) close() {
+	for i := len(nd.closers) - 1; i >= 0; i-- {
+		nd.closers[i]()
+	}
+}
+
+func (nd *node) status(s string) {
+	if err := nd.notify.Status(s); err != nil {
+		nd.log.Debug("sd_notify", "err", err)
+	}
+}
+
+// openState opens the store, the API key ring and the admin socket.
+func (nd *node) openState() error {
+	cfg, log := nd.cfg, nd.log
+	if tightened, err := statedir.Ensure(cfg.StateDir); err != nil {
+		return err
+	} else if tightened {
+		log.Warn("state dir was open to other users: tightened to 0700", "dir", cfg.StateDir)
 	}
 	st, err := store.Open(filepath.Join(cfg.StateDir, "db"), store.Options{})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-
+	nd.st = st
+	nd.onClose(func() {
+		if err := st.Close(); err != nil {
+			log.Error("close state", "err", err)
+		}
+	})
 	keys, err := apikeys.Open(st, log)
 	if err != nil {
 		return fmt.Errorf("load API keys: %w", err)
 	}
-	defer keys.Close()
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	go func() { _ = keys.Run(bg, 10*time.Second) }()
+	nd.keys = keys
+	nd.onClose(func() {
+		if err := keys.Close(); err != nil {
+			log.Error("flush API key usage", "err", err)
+		}
+	})
+	nd.group.add(component{name: "API key usage", phase: phaseBack,
+		run: func(ctx context.Context) error { return keys.Run(ctx, 10*time.Second) }})
 
-	adminLn, err := apikeys.ListenAdmin(cfg.AdminSocketPath())
+	adminLn, err := adminsock.Listen(cfg.AdminSocketPath())
 	if err != nil {
 		return fmt.Errorf("admin socket: %w", err)
 	}
-	go func() {
-		if err := apikeys.ServeAdmin(bg, adminLn, keys, log); err != nil {
-			log.Error("admin socket stopped", "err", err)
-		}
-	}()
+	nd.onClose(func() { _ = adminLn.Close() })
+	nd.group.add(component{name: "admin socket", phase: phaseBack,
+		run: func(ctx context.Context) error { return apikeys.ServeAdmin(ctx, adminLn, keys, log) }})
+	return nil
+}
 
-	m := metrics.NewNode(version)
-	if cfg.MetricsListen != "" {
-		mln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return fmt.Errorf("config metrics-listen: %w", err)
-		}
-		go func() {
-			if err := metrics.ServeMux(bg, mln, metricsMux(m), log); err != nil {
-				log.Error("metrics listener stopped", "err", err)
-			}
-		}()
-		log.Info("metrics listening", "addr", mln.Addr().String())
+// openMetrics opens the private metrics listener, with the profiler.
+func (nd *node) openMetrics() error {
+	if nd.cfg.MetricsListen == "" {
+		return nil
 	}
+	mln, err := net.Listen("tcp", nd.cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("config metrics-listen: %w", err)
+	}
+	nd.onClose(func() { _ = mln.Close() })
+	mux := metricsMux(nd.m)
+	nd.group.add(component{name: "metrics listener", phase: phaseBack,
+		run: func(ctx context.Context) error { return metrics.ServeMux(ctx, mln, mux, nd.log) }})
+	nd.log.Info("metrics listening", "addr", mln.Addr().String())
+	return nil
+}
 
-	// rewarm asks for the model to be loaded again: a restarted runtime
-	// starts empty, and /readyz stays false until the model is back.
-	rewarm := make(chan struct{}, 1)
+// modelRuntime is what the node needs of the runtime for one model: the
+// API streams from it; the model server makes sure the model is there,
+// loads it, and unloads the one it replaces.
+type modelRuntime interface {
+	llm.Runtime
+	EnsureModel(ctx context.Context, src ollama.ModelSource) error
+	Warm(ctx context.Context) (time.Duration, error)
+	Unload(ctx context.Context) error
+	// ForModel is the runtime of another model, on the same runtime.
+	ForModel(model string) modelRuntime
+}
+
+// openModels builds the runtime concern: it serves --model until a desired
+// state orders another.
+func (nd *node) openModels() error {
+	tmpl, err := readModelTemplate(nd.cfg)
+	if err != nil {
+		return err
+	}
+	nd.modelTemplate = tmpl
+	nd.models = &modelServer{nd: nd, first: make(chan struct{})}
+	nd.runtime = agent.NewRuntime(nd.models, agent.RuntimeConfig{Default: nd.cfg.Model,
+		Backoff: backoff.Backoff{Min: 250 * time.Millisecond, Max: 10 * time.Second}}, nd.log)
+	nd.group.add(component{name: "model", phase: phaseFront, run: nd.runtime.Run})
+	return nil
+}
+
+// openRuntime builds the runtime client and, if configured, the supervisor
+// of `ollama serve`, which stops last.
+func (nd *node) openRuntime() error {
+	cfg := nd.cfg
 	if cfg.OllamaStart {
-		sup, err := supervisor(cfg, log)
+		sup, err := supervisor(cfg, nd.log)
 		if err != nil {
 			return err
 		}
 		sup.OnExit = func(err error) {
-			m.RuntimeRestarted()
-			log.Warn("model runtime exited; restarting", "err", err)
-			select {
-			case rewarm <- struct{}{}:
-			default:
+			nd.m.RuntimeRestarted()
+			nd.log.Warn("model runtime exited; restarting", "err", err)
+			if nd.runtime != nil {
+				nd.runtime.Lost()
 			}
 		}
-		supDone := make(chan struct{})
-		go func() { defer close(supDone); _ = sup.Run(bg) }()
-		// The runtime stops last, after the API has drained.
-		defer func() { stopBG(); <-supDone }()
+		nd.group.add(component{name: "model runtime", phase: phaseRuntime, run: sup.Run})
 	}
+	newRuntime := nd.opts.runtime
+	if newRuntime == nil {
+		newRuntime = ollamaRuntime
+	}
+	rt, err := newRuntime(cfg, nd.log)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	nd.rt = rt
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		nd.onClose(c.CloseIdleConnections)
+	}
+	return nil
+}
 
-	rt, err := ollama.New(ollama.Config{
+func ollamaRuntime(cfg Config, log *slog.Logger) (modelRuntime, error) {
+	b, err := ollama.New(ollama.Config{
 		BaseURL:          cfg.OllamaURL,
 		Model:            cfg.Model,
 		FirstByteTimeout: cfg.RuntimeTimeout,
@@ -117,193 +279,15 @@ func RunWith(ctx context.Context, cfg Config, version string, log *slog.Logger, 
 		Logger:           log,
 	})
 	if err != nil {
-		return fmt.Errorf("runtime: %w", err)
+		return nil, err
 	}
-
-	api := NewAPI(APIConfig{
-		Model:             cfg.Model,
-		Version:           version,
-		MaxConcurrent:     cfg.MaxConcurrent,
-		MaxQueue:          cfg.MaxQueue,
-		MaxBodyBytes:      cfg.MaxBodyBytes,
-		WriteStallTimeout: cfg.WriteStallTimeout,
-	}, rt, keys, m, log)
-	defer api.Close()
-	m.RegisterRuntimeUp(func() bool {
-		rctx, cancel := context.WithTimeout(bg, time.Second)
-		defer cancel()
-		return api.healthy(rctx) == nil
-	})
-
-	var certs *CertReloader
-	if cfg.TLSCert != "" {
-		// Loaded before listening, so a bad certificate fails the start.
-		if certs, err = NewCertReloader(cfg.TLSCert, cfg.TLSKey, log); err != nil {
-			return fmt.Errorf("config tls-cert: %w", err)
-		}
-		go certs.Run(bg, 0)
-	}
-	// A listener passed by systemd (hearthd.socket) when there is one.
-	socks, err := systemd.PassedSockets()
-	if err != nil {
-		return fmt.Errorf("socket activation: %w", err)
-	}
-	ln, activated, err := socks.Listen("api", cfg.Listen)
-	socks.Close()
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	ln = newRetryListener(ln, log)
-	checkFileLimit(cfg, log)
-	probeAddr := systemd.LoopbackAddr(ln.Addr())
-	scheme := "http"
-	if certs != nil {
-		ln, scheme = tls.NewListener(ln, certs.TLSConfig()), "https"
-	}
-	srv := api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("deployment API listening", "addr", ln.Addr().String(), "model", cfg.Model, "socket_activated", activated)
-	go func() {
-		if err := systemd.Watchdog(bg, n, systemd.HTTPProbe(scheme+"://"+probeAddr+"/healthz"), log); err != nil {
-			log.Error("watchdog stopped", "err", err)
-		}
-	}()
-
-	// Host enforcement: from the control plane, or a local file (standalone).
-	var enforced func() bool
-	if cfg.ControlURL != "" || cfg.DesiredStateFile != "" {
-		fw, runFW, sshKeys, err := enforcers(ctx, cfg, log)
-		if err != nil {
-			return err
-		}
-		registerEnforcementMetrics(m, fw, sshKeys)
-		go func() {
-			if err := runFW(bg); err != nil {
-				log.Error("firewall drift repair stopped", "err", err)
-			}
-		}()
-		var run func(context.Context) error
-		if cfg.ControlURL != "" {
-			agent := nodeAgent(cfg, fw, sshKeys, api.healthy, log)
-			m.RegisterControlSync(agent.LastSync)
-			run, enforced = agent.Run, func() bool { return agentEnforced(agent) }
-		} else {
-			sa := NewStandaloneAgent(cfg.DesiredStateFile, fw, sshKeys, log)
-			run, enforced = sa.Run, func() bool {
-				st := sa.Status()
-				return st.SHA256 != "" && st.FirewallError == "" && st.SSHKeysError == ""
-			}
-		}
-		enfDone := make(chan struct{})
-		go func() {
-			defer close(enfDone)
-			if err := run(bg); err != nil {
-				log.Error("enforcement stopped", "err", err)
-			}
-		}()
-		defer func() { stopBG(); <-enfDone }()
-	}
-
-	status("loading model " + cfg.Model)
-	warmErr := make(chan error, 1)
-	go func() { warmErr <- warmUp(ctx, rt, cfg, m, log) }()
-
-	go watchRuntime(bg, rt, rewarm)
-	warmCh := warmErr
-	ready := false
-	for {
-		select {
-		case err := <-warmCh:
-			warmCh = nil
-			if err != nil {
-				log.Error("model did not load", "err", err)
-				continue
-			}
-			if ready {
-				status("serving " + cfg.Model)
-				log.Info("model loaded again", "model", cfg.Model)
-				continue
-			}
-			ready = true
-			api.SetWarm(true)
-			if enforced != nil {
-				status("applying firewall rules and SSH keys")
-				waitEnforced(ctx, enforced, 30*time.Second, log)
-			}
-			if err := n.Ready(); err != nil {
-				log.Warn("sd_notify READY", "err", err)
-			}
-			status("serving " + cfg.Model)
-			log.Info("ready", "model", cfg.Model, "url", scheme+"://"+ln.Addr().String()+apiPrefix)
-			continue
-		case <-rewarm:
-			if warmCh == nil && ready {
-				status("reloading model " + cfg.Model)
-				ch := make(chan error, 1)
-				go func() { ch <- warmUp(ctx, rt, cfg, m, log) }()
-				warmCh = ch
-			}
-			continue
-		case err := <-serveErr:
-			return fmt.Errorf("deployment API stopped: %w", err)
-		case <-ctx.Done():
-		}
-		break
-	}
-
-	_ = n.Stopping()
-	status("draining in-flight requests")
-	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
-	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	shutdownDone := make(chan error, 1)
-	go func() {
-		sctx, c := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+5*time.Second)
-		defer c()
-		shutdownDone <- srv.ShutdownWithContext(sctx)
-	}()
-	if err := api.Drain(drainCtx); err != nil {
-		log.Warn("drain timed out: ended remaining generations", "err", err)
-	}
-	if err := <-shutdownDone; err != nil && !errors.Is(err, context.Canceled) {
-		log.Warn("listener shutdown", "err", err)
-	}
-	return nil
+	return backend{b}, nil
 }
 
-// warmUp makes sure the model exists and is loaded, retrying with backoff
-// while the runtime is unreachable (it may still be starting).
-func warmUp(ctx context.Context, rt *ollama.Backend, cfg Config, m *metrics.Node, log *slog.Logger) error {
-	src := ollama.ModelSource{GGUFPath: cfg.ModelGGUF, Parameters: cfg.ModelParams}
-	if cfg.ModelTemplate != "" {
-		b, err := os.ReadFile(cfg.ModelTemplate)
-		if err != nil {
-			return fmt.Errorf("config model-template: %w", err)
-		}
-		src.Template = string(b)
-	}
-	backoff := 250 * time.Millisecond
-	for {
-		err := rt.EnsureModel(ctx, src)
-		if err == nil {
-			var took time.Duration
-			took, err = rt.Warm(ctx)
-			if err == nil {
-				m.SetModelLoadDuration(took)
-				log.Info("model loaded", "model", cfg.Model, "seconds", took.Seconds())
-				return nil
-			}
-		}
-		log.Warn("model not ready yet; retrying", "err", err, "in", backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 10*time.Second)
-	}
-}
+// backend is the Ollama backend as a modelRuntime.
+type backend struct{ *ollama.Backend }
+
+func (b backend) ForModel(model string) modelRuntime { return backend{b.WithModel(model)} }
 
 func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 	addr, err := hostPort(cfg.OllamaURL)
@@ -317,6 +301,88 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, Logger: log}, nil
 }
 
+// openAPI builds the deployment API and its listener (passed by systemd
+// when socket-activated), with TLS if configured, and the watchdog that
+// probes it.
+func (nd *node) openAPI() error {
+	cfg := nd.cfg
+	nd.api = deployapi.NewAPI(deployapi.APIConfig{
+		Model:               cfg.Model,
+		Version:             nd.version,
+		MaxConcurrent:       cfg.MaxConcurrent,
+		MaxConcurrentPerKey: cfg.MaxConcurrentPerKey,
+		MaxQueue:            cfg.MaxQueue,
+		MaxBodyBytes:        cfg.MaxBodyBytes,
+		MaxOutputTokens:     cfg.MaxOutputTokens,
+		WriteStallTimeout:   cfg.WriteStallTimeout,
+	}, nd.rt, nd.keys, nd.m, nd.log)
+	nd.onClose(nd.api.Close)
+	nd.m.RegisterRuntimeUp(func() bool {
+		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return nd.api.Healthy(rctx) == nil
+	})
+
+	var certs *certreload.Reloader
+	if cfg.TLSCert != "" {
+		// Loaded before listening, so a bad certificate fails the start.
+		var err error
+		if certs, err = certreload.New(cfg.TLSCert, cfg.TLSKey, nd.log); err != nil {
+			return fmt.Errorf("config tls-cert: %w", err)
+		}
+		nd.group.add(component{name: "certificate reload", phase: phaseBack,
+			run: func(ctx context.Context) error { certs.Run(ctx, 0); return nil }})
+	}
+	socks, err := systemd.PassedSockets()
+	if err != nil {
+		return fmt.Errorf("socket activation: %w", err)
+	}
+	ln, activated, err := socks.Listen("api", cfg.Listen)
+	socks.Close()
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	nd.onClose(func() { _ = ln.Close() })
+	ln = deployapi.NewRetryListener(ln, nd.log)
+	deployapi.CheckFileLimit(cfg.MaxConcurrent, cfg.MaxQueue, nd.log)
+	probeAddr := systemd.LoopbackAddr(ln.Addr())
+	scheme := "http"
+	if certs != nil {
+		ln, scheme = tls.NewListener(ln, deployapi.TLSConfig(certs)), "https"
+	}
+	nd.ln, nd.srv = ln, nd.api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
+	nd.url = scheme + "://" + ln.Addr().String() + deployapi.APIPrefix
+	nd.group.add(component{name: "deployment API", phase: phaseFront, critical: true, run: func(ctx context.Context) error {
+		nd.log.Info("deployment API listening", "addr", ln.Addr().String(), "model", nd.api.Model(), "socket_activated", activated)
+		return nd.serveAPI(ctx)
+	}})
+
+	probe := systemd.HTTPProbe(scheme + "://" + probeAddr + "/healthz")
+	nd.group.add(component{name: "watchdog", phase: phaseBack,
+		run: func(ctx context.Context) error { return systemd.Watchdog(ctx, nd.notify, probe, nd.log) }})
+	return nil
+}
+
+// serveAPI serves the deployment API until ctx ends, then drains it: new
+// requests get 503 and in-flight streams have the shutdown timeout to end.
+func (nd *node) serveAPI(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- nd.srv.Serve(nd.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("deployment API stopped: %w", err)
+	case <-ctx.Done():
+	}
+	_ = nd.notify.Stopping()
+	nd.status("draining in-flight requests")
+	nd.log.Info("shutting down: draining in-flight requests", "timeout", nd.cfg.ShutdownTimeout)
+	nd.api.Shutdown(nd.srv, nd.cfg.ShutdownTimeout)
+	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
+		nd.log.Warn("deployment API listener", "err", err)
+	}
+	return nil
+}
+
 // metricsMux serves /metrics and, on the same private listener, the Go
 // profiler: the listener is loopback by default and never the public port.
 func metricsMux(m *metrics.Node) *http.ServeMux {
@@ -327,57 +393,4 @@ func metricsMux(m *metrics.Node) *http.ServeMux {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
-}
-
-// watchRuntime asks for a re-warm whenever the runtime stops reporting the
-// model loaded (restarted outside hearthd, or the model evicted), checking
-// every few seconds.
-func watchRuntime(ctx context.Context, rt runtime.Runtime, rewarm chan<- struct{}) {
-	t := time.NewTicker(3 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := rt.Ready(rctx)
-		cancel()
-		if err != nil {
-			select {
-			case rewarm <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// waitEnforced holds READY=1 until the desired state has been applied once,
-// or until timeout: a control plane that is away at first boot must not keep
-// the deployment down.
-func waitEnforced(ctx context.Context, enforced func() bool, timeout time.Duration, log *slog.Logger) {
-	deadline := time.Now().Add(timeout)
-	for !enforced() {
-		if time.Now().After(deadline) {
-			log.Warn("desired state not applied yet; reporting ready anyway", "waited", timeout)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// agentEnforced reports whether the node agent has applied its desired
-// state (firewall and keys) at least once.
-func agentEnforced(a *NodeAgent) bool {
-	d, ok := a.Desired()
-	if !ok {
-		return false
-	}
-	o := a.Observed()
-	return o.FirewallRevision >= d.Revision && o.SSHKeysRevision >= d.Revision && o.FirewallError == "" && o.SSHKeysError == ""
 }

@@ -10,11 +10,39 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/hearthd/hearth/agent"
+	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/sshkeys"
 )
+
+// openEnforcement builds what keeps the host at its desired state: the
+// firewall and the key writer, the one enforcer over them, and the agent
+// that feeds it — following the control plane, or a local file
+// (standalone).
+func (nd *node) openEnforcement(ctx context.Context) error {
+	cfg := nd.cfg
+	fw, runFW, keys, err := enforcers(ctx, cfg, nd.log)
+	if err != nil {
+		return err
+	}
+	registerEnforcementMetrics(nd.m, fw, keys)
+	nd.group.add(component{name: "firewall drift repair", phase: phaseBack, run: runFW})
+	nd.enf = agent.NewEnforcer(agent.Concerns{Firewall: fw, SSHKeys: keys, APIKeys: managedKeys{nd.keys}, Runtime: nd.runtime}, nd.log)
+	run := agent.NewStandalone(cfg.DesiredStateFile, nd.enf, nd.log, agent.StandaloneConfig{}).Run
+	if cfg.ControlURL != "" {
+		na, err := nodeAgent(cfg, nd.enf, nd.api.Healthy, nd.keys, nd.m, nd.log)
+		if err != nil {
+			return err
+		}
+		nd.m.RegisterControlSync(na.LastSync)
+		run = na.Run
+	}
+	nd.group.add(component{name: "enforcement", phase: phaseBack, run: run})
+	return nil
+}
 
 // enforcers builds what applies the desired state on this host. The host's
 // firewall is touched only when Firewall is enabled, and authorized_keys
@@ -92,14 +120,52 @@ func controlPlaneAddrs(ctx context.Context, controlURL string) ([]netip.AddrPort
 	return out, nil
 }
 
-// nodeAgent builds the node agent when a control plane is configured.
-func nodeAgent(cfg Config, fw firewall.Firewall, keys sshkeys.Keys, health func(context.Context) error, log *slog.Logger) *NodeAgent {
-	return NewNodeAgent(NodeConfig{
+// nodeAgent builds the node agent when a control plane is configured,
+// verifying the control plane's certificate as configured.
+func nodeAgent(cfg Config, enf *agent.Enforcer, health func(context.Context) error, keys *apikeys.Keyring, m *metrics.Node, log *slog.Logger) (*agent.Node, error) {
+	pins, _ := nodeapi.ParsePins(cfg.ControlCertSHA256) // checked by Validate
+	hc, err := nodeapi.NewHTTPClient(nodeapi.TLS{CAFile: cfg.ControlCAFile, CertSHA256: pins})
+	if err != nil {
+		return nil, fmt.Errorf("config control-ca-file: %w", err)
+	}
+	return agent.NewNode(agent.NodeConfig{
 		ControlURL:      cfg.ControlURL,
+		HTTPClient:      hc,
 		EnrollmentToken: cfg.EnrollmentToken,
 		Hardware:        nodeapi.Hardware{Chip: cfg.NodeChip, RAM: cfg.NodeRAM, Storage: cfg.NodeStorage},
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
-	}, fw, keys, health, log)
+		OnReceive:       func(nodeapi.Desired) { m.DesiredStateReceived() },
+		Usage:           func() []nodeapi.KeyUsage { return managedUsage(keys) },
+	}, enf, health, log), nil
+}
+
+// managedKeys is the key ring as the enforcer's API keys concern: the
+// desired state's keys, in the key ring's terms.
+type managedKeys struct{ k *apikeys.Keyring }
+
+func (m managedKeys) SetManaged(_ context.Context, keys []nodeapi.APIKey) error {
+	out := make([]apikeys.Managed, len(keys))
+	for i, k := range keys {
+		out[i] = apikeys.Managed{ID: k.ID, Name: k.Name, SHA256: k.Hash, ExpiresAt: k.ExpiresAt,
+			RequestsPerMinute: k.RequestsPerMinute, TokensPerMinute: k.TokensPerMinute}
+	}
+	return m.k.SetManaged(out)
+}
+
+func (m managedKeys) Wipe(context.Context) error { return m.k.Wipe() }
+
+// managedUsage is the usage of every managed key, for the report.
+func managedUsage(k *apikeys.Keyring) []nodeapi.KeyUsage {
+	var out []nodeapi.KeyUsage
+	for _, key := range k.List() {
+		if key.Source != apikeys.SourceManaged {
+			continue
+		}
+		out = append(out, nodeapi.KeyUsage{ID: key.ID, Requests: uint64(key.Usage.Requests),
+			PromptTokens: uint64(key.Usage.PromptTokens), CompletionTokens: uint64(key.Usage.CompletionTokens),
+			LastUsedAt: key.LastUsedAt})
+	}
+	return out
 }
 
 // registerEnforcementMetrics exports the firewall's and the key writer's

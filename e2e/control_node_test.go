@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // TestControlPlaneAndNode runs the control plane and a hearthd node as two
@@ -14,7 +16,7 @@ import (
 func TestControlPlaneAndNode(t *testing.T) {
 	ctl := startControl(t)
 	// While the server runs, the CLI goes through its admin socket.
-	token2 := strings.TrimSpace(ctl.cli("tokens", "create", "--name", "online"))
+	token2 := strings.TrimSpace(ctl.cli("tokens", "create", "--project", "default", "--name", "online"))
 	if !strings.HasPrefix(token2, "hct_") || token2 == ctl.token {
 		t.Fatalf("second token %q", token2)
 	}
@@ -34,7 +36,7 @@ func TestControlPlaneAndNode(t *testing.T) {
 	startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL,
 		"--control-url", ctl.url, "--enrollment-token", enroll,
 		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40"}})
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	var key struct{ ID string }
 	pub := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVgrKUnB2Bm+Ec7FNvhMjIjW1GiTqnPWhCrE5hyeWpL e2e@test"
@@ -49,7 +51,7 @@ func TestControlPlaneAndNode(t *testing.T) {
 	if code := ctl.api("POST", "/v1/servers", server, &srv); code != http.StatusCreated || srv.Status != "provisioning" {
 		t.Fatalf("create server: %d %+v", code, srv)
 	}
-	eventually(t, 60*time.Second, "server running", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "server running", func() bool {
 		ctl.api("GET", "/v1/servers/"+srv.ID, nil, &srv)
 		return srv.Status == "running"
 	})
@@ -62,7 +64,7 @@ func TestControlPlaneAndNode(t *testing.T) {
 		"protocol": "tcp", "port_range": "22", "action": "allow"}, nil); code != http.StatusCreated {
 		t.Fatalf("create rule: %d", code)
 	}
-	eventually(t, 10*time.Second, "rule applied on the node", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "rule applied on the node", func() bool {
 		n := ctl.nodes()[0]
 		return n.Observed != nil && n.Observed.FirewallRevision == n.Revision && n.ServerID == srv.ID
 	})
@@ -71,7 +73,7 @@ func TestControlPlaneAndNode(t *testing.T) {
 	if code := ctl.api("DELETE", "/v1/servers/"+srv.ID, nil, nil); code != http.StatusNoContent {
 		t.Fatalf("delete: %d", code)
 	}
-	eventually(t, 30*time.Second, "server gone", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "server gone", func() bool {
 		return ctl.api("GET", "/v1/servers/"+srv.ID, nil, nil) == http.StatusNotFound
 	})
 	if n := ctl.nodes()[0]; n.ServerID != "" {

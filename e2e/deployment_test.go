@@ -10,11 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 func TestSDKNonStreamAndStream(t *testing.T) {
@@ -183,7 +183,9 @@ func TestKeysCLIWhileRunning(t *testing.T) {
 // runtime: within 100 ms of the disconnect the model runner stops burning
 // CPU.
 func TestDisconnectStopsRuntime(t *testing.T) {
-	h, inst := attached(t)
+	inst := shared.ollama.Get(t)
+	// A generation longer than the context: the cap is lifted.
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--max-output-tokens", "100000"}})
 	conn := dialRaw(t, h.root)
 	body := fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":20000,"messages":[{"role":"user","content":"go on"}]}`, inst.Model)
 	rawPost(conn, "/api/v1/chat/completions", h.secret, len(body), body)
@@ -197,31 +199,9 @@ func TestDisconnectStopsRuntime(t *testing.T) {
 			n++
 		}
 	}
-	// The runner is generating: measure how long it takes to burn 10 ticks.
-	start, runners := inst.RunnerCPUTicks()
-	if runners == 0 {
-		t.Fatal("no ollama runner found")
-	}
 	// Keep reading so the runner is never held back by a full connection.
 	go io.Copy(io.Discard, br) //nolint:errcheck // ends when the test closes conn
-	t0 := time.Now()
-	for now, _ := inst.RunnerCPUTicks(); now-start < 10; now, _ = inst.RunnerCPUTicks() {
-		if time.Since(t0) > 20*time.Second {
-			t.Fatalf("runner used %d ticks in 20 s while generating", now-start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	window := max(time.Since(t0), 500*time.Millisecond)
-
-	closed := time.Now()
-	conn.Close()
-	time.Sleep(100*time.Millisecond - time.Since(closed))
-	after, _ := inst.RunnerCPUTicks()
-	time.Sleep(window)
-	later, _ := inst.RunnerCPUTicks()
-	if used := later - after; used > 2 {
-		t.Fatalf("runner used %d ticks in the %v from 100 ms after the disconnect; it used 10 in %v while generating", used, window, window)
-	}
+	ollamatest.ExpectRunnerStops(t, inst.PID(), func() { conn.Close() })
 }
 
 // Runtime gone → chat 503 with a clear message, /readyz false, /healthz true.
@@ -259,7 +239,7 @@ func TestSupervisedRuntimeFromGGUF(t *testing.T) {
 		t.Fatal(err)
 	}
 	gguf, tmpl := tinyModelFiles(t)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_predict=12", "--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", bin,
 		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", port), "--ollama-models-dir", filepath.Join(t.TempDir(), "models")}})

@@ -8,13 +8,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/internal/netnstest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Opt-outs for machines without root; without them, missing root or a
@@ -23,21 +22,6 @@ const (
 	skipRootEnv  = "HEARTH_SKIP_ROOT_TESTS"
 	skipNetnsEnv = "HEARTH_SKIP_NETNS_TESTS"
 )
-
-func requireRoot(t *testing.T, skipEnv string, tools ...string) {
-	t.Helper()
-	if os.Getenv(skipEnv) == "1" {
-		t.Skipf("%s=1: test explicitly disabled", skipEnv)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("this test needs root; run as root or set %s=1 to opt out", skipEnv)
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("this test needs %s (apt-get install iproute2 nftables openssh-server openssh-client passwd): %v", tool, err)
-		}
-	}
-}
 
 // serverView is the part of a management API server record these tests read.
 type serverView struct {
@@ -71,7 +55,7 @@ func (c *controlPlane) server(id string) serverView {
 func (c *controlPlane) waitApplied(id string, within time.Duration) serverView {
 	c.t.Helper()
 	var v serverView
-	eventually(c.t, within, "firewall and SSH keys applied on the node", func() bool {
+	testutil.WaitFor(c.t, within, "firewall and SSH keys applied on the node", func() bool {
 		v = c.server(id)
 		e := v.Enforcement
 		return e.Firewall.Status == "applied" && e.SSHKeys.Status == "applied" &&

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/internal/sshdtest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // TestSSHKeysThroughTheAPI: a key added through the management API logs in
@@ -25,39 +26,16 @@ import (
 // it out within 5 s; a failed sync shows on the server and heals; a line a
 // human added to authorized_keys keeps working throughout.
 func TestSSHKeysThroughTheAPI(t *testing.T) {
-	requireRoot(t, skipRootEnv, "/usr/sbin/sshd", "ssh-keygen", "useradd", "userdel")
+	testutil.RequireRoot(t, skipRootEnv, "/usr/sbin/sshd", "ssh-keygen", "useradd", "userdel")
 
-	// sshd (StrictModes) checks the file and every directory from it up to
-	// the home as the user: home lives in a root-owned 0755 directory.
-	base := t.TempDir()
-	for _, d := range []string{base, filepath.Dir(base)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	home := filepath.Join(base, "home")
-	u := sshdtest.AddUser(t, home)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	sshDir := filepath.Join(home, ".ssh")
-	akPath := filepath.Join(sshDir, "authorized_keys")
+	// sshd runs with StrictModes, as in production.
+	home := sshdtest.NewHome(t)
+	u := home.User
 	humanKey, humanLine := sshdtest.NewSigner(t)
 	handWritten := "# my own key, added by hand\n" + humanLine + " me@home\n"
-	if err := os.MkdirAll(sshDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(akPath, []byte(handWritten), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{home, sshDir, akPath} {
-		if err := os.Chown(p, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sshd := sshdtest.Start(t, base, u, akPath)
+	akPath := home.WriteFile(t, ".ssh/authorized_keys", []byte(handWritten))
+	sshDir := filepath.Dir(akPath)
+	sshd := sshdtest.Start(t, home.Base, u, akPath)
 
 	ctl := startControl(t)
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
@@ -65,7 +43,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL,
 		"--control-url", ctl.url, "--enrollment-token", enroll,
 		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--ssh-user", u.Username}})
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	sshd.ExpectLogin(t, "before any key", "hand-added", humanKey, true)
 
@@ -87,7 +65,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		"stack": "bare", "billing": "monthly", "ssh_key_ids": []string{laptopID, deskID}}, &srv); code != http.StatusCreated {
 		t.Fatalf("create server: %d", code)
 	}
-	eventually(t, 60*time.Second, "server running", func() bool { return ctl.server(srv.ID).Status == "running" })
+	testutil.WaitFor(t, 60*time.Second, "server running", func() bool { return ctl.server(srv.ID).Status == "running" })
 	ctl.waitApplied(srv.ID, 10*time.Second)
 	sshd.ExpectLogin(t, "server running", "laptop", laptop, true)
 	sshd.ExpectLogin(t, "server running", "desk", desk, true)
@@ -99,12 +77,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		t.Fatalf("delete key: %d", code)
 	}
 	deleted := time.Now()
-	for sshd.Login(laptop) == nil {
-		if time.Since(deleted) > 5*time.Second {
-			t.Fatal("the deleted key still logs in 5 s after DELETE")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, "the deleted key to be refused", func() bool { return sshd.Login(laptop) != nil })
 	t.Logf("deleted key refused %v after DELETE", time.Since(deleted).Round(time.Millisecond))
 	sshd.ExpectLogin(t, "after delete", "laptop", laptop, false)
 	sshd.ExpectLogin(t, "after delete", "desk", desk, true)
@@ -114,7 +87,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	// A sync that fails is reported on the server, and heals: ~/.ssh made
 	// a symlink is refused (never followed), and the next change to the
 	// server makes the node sync again.
-	real := filepath.Join(home, ".ssh-real")
+	real := filepath.Join(home.Dir, ".ssh-real")
 	if err := os.Rename(sshDir, real); err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +99,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 		t.Fatalf("create rule: %d", code)
 	}
 	var failed serverView
-	eventually(t, 10*time.Second, "the failed key sync shown on the server", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the failed key sync shown on the server", func() bool {
 		failed = ctl.server(srv.ID)
 		return failed.Enforcement.SSHKeys.Status == "failed"
 	})
@@ -159,7 +132,7 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 	if code := ctl.api("DELETE", "/v1/servers/"+srv.ID, nil, nil); code != http.StatusNoContent {
 		t.Fatalf("delete server: %d", code)
 	}
-	eventually(t, 30*time.Second, "server gone", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "server gone", func() bool {
 		return ctl.api("GET", "/v1/servers/"+srv.ID, nil, nil) == http.StatusNotFound
 	})
 	sshd.ExpectLogin(t, "after the wipe", "desk", desk, false)
@@ -176,15 +149,18 @@ func TestSSHKeysThroughTheAPI(t *testing.T) {
 // everything else denied in both directions the node stays connected to the
 // control plane.
 func TestFirewallThroughTheAPI(t *testing.T) {
-	requireRoot(t, skipNetnsEnv, "ip", "nft")
+	testutil.RequireRoot(t, skipNetnsEnv, "ip", "nft")
 	testStart := time.Now()
 	ollamaBin, err := ollamatest.FindBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pair := newNetPair(t)
-	ctl := startControl(t)
-	proxy := proxyFromNS(t, pair.Client, nsControlIP, strings.TrimPrefix(ctl.url, "http://"))
+	// The node reaches the control plane at a network address, so the link
+	// is HTTPS (plain HTTP is only for loopback); the node pins the
+	// certificate, which names 127.0.0.1, not the address it dials.
+	ctl := startControlTLS(t)
+	proxy := proxyFromNS(t, pair.Client, nsControlIP, strings.TrimPrefix(ctl.url, "https://"))
 	enroll := strings.TrimSpace(ctl.cli("enrollment-tokens", "create", "--uses", "1", "--ttl", "10m"))
 
 	gguf, tmpl := tinyModelFiles(t)
@@ -195,16 +171,16 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 		"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", ollamaBin,
 		"--ollama-url", "http://127.0.0.1:11434", "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
-		"--control-url", "http://" + proxy.addr, "--enrollment-token", enroll,
+		"--control-url", "https://" + proxy.addr, "--control-cert-sha256", ctl.pin, "--enrollment-token", enroll,
 		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--firewall"}})
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	var srv serverView
 	if code := ctl.api("POST", "/v1/servers", map[string]any{"name": "e2e-fw", "chip": "cpu", "ram": 4, "storage": 20,
 		"stack": "deployment", "model": "e2e-tiny", "billing": "monthly"}, &srv); code != http.StatusCreated {
 		t.Fatalf("create server: %d", code)
 	}
-	eventually(t, 90*time.Second, "server running", func() bool { srv = ctl.server(srv.ID); return srv.Status == "running" })
+	testutil.WaitFor(t, 90*time.Second, "server running", func() bool { srv = ctl.server(srv.ID); return srv.Status == "running" })
 	if srv.IP == nil || *srv.IP != nsServerIP.String() {
 		t.Fatalf("server ip %v, want %s", srv.IP, nsServerIP)
 	}
@@ -330,7 +306,7 @@ func TestFirewallThroughTheAPI(t *testing.T) {
 // changes to the file take effect on their own, and an invalid file leaves
 // the rules in force.
 func TestStandaloneFirewallFromFile(t *testing.T) {
-	requireRoot(t, skipNetnsEnv, "ip", "nft")
+	testutil.RequireRoot(t, skipNetnsEnv, "ip", "nft")
 	pair := newNetPair(t)
 	const web, admin = 8080, 9090
 	listenNS(t, pair.Server, nsServerIP, []int{web, admin}, nil)
@@ -354,7 +330,7 @@ func TestStandaloneFirewallFromFile(t *testing.T) {
 	// the model.
 	h := startHearthd(t, hearthdOpts{prefix: netnsExec(pair.Server), stateDir: t.TempDir(), args: []string{
 		"--model", "e2e-tiny", "--ollama-url", "http://127.0.0.1:1", "--desired-state-file", file, "--firewall"}})
-	eventually(t, 15*time.Second, "the file's rules in force", func() bool { return passes(web) && !passes(admin) })
+	testutil.WaitFor(t, 15*time.Second, "the file's rules in force", func() bool { return passes(web) && !passes(admin) })
 
 	mark := h.logLen()
 	write(`{"firewall_rules": [{"direction": "inbound", "protocol": "tcp", "port_range": "0", "action": "allow"}]}`)
@@ -364,7 +340,7 @@ func TestStandaloneFirewallFromFile(t *testing.T) {
 	}
 
 	write(`{"firewall_rules": [{"direction": "inbound", "protocol": "tcp", "port_range": "9090", "action": "allow"}]}`)
-	eventually(t, 15*time.Second, "the changed file in force", func() bool { return passes(admin) && !passes(web) })
+	testutil.WaitFor(t, 15*time.Second, "the changed file in force", func() bool { return passes(admin) && !passes(web) })
 	write(`{}`)
-	eventually(t, 15*time.Second, "an empty file allowing everything", func() bool { return passes(admin) && passes(web) })
+	testutil.WaitFor(t, 15*time.Second, "an empty file allowing everything", func() bool { return passes(admin) && passes(web) })
 }

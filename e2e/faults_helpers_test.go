@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/bench"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Helpers for the fault, bad-input and load tests: a node enrolled with a
@@ -41,7 +42,7 @@ func startEnrolledNode(t *testing.T) *enrolledNode {
 	e.ak = filepath.Join(dir, "authorized_keys")
 	e.node = startHearthd(t, hearthdOpts{stateDir: filepath.Join(dir, "state"),
 		args: append(e.nodeArgs(), "--enrollment-token", e.ctl.enrollmentToken(1))})
-	eventually(t, 30*time.Second, "node enrolled", func() bool { return len(e.ctl.nodes()) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "node enrolled", func() bool { return len(e.ctl.nodes()) == 1 })
 	e.id = e.ctl.nodes()[0].ID
 	return e
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Faults: the runtime dies or stalls, the control plane is killed, a node
@@ -36,11 +37,11 @@ func TestRuntimeKilledMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	gguf, tmpl := tinyModelFiles(t)
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
 	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,
 		"--model-param", "num_thread=1", "--ollama-start", "--ollama-bin", bin,
-		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
-		"--metrics-listen", metricsAddr}})
+		"--ollama-url", fmt.Sprintf("http://127.0.0.1:%d", testutil.FreePort(t)), "--ollama-models-dir", filepath.Join(t.TempDir(), "models"),
+		"--metrics-listen", metricsAddr, "--max-output-tokens", "100000"}})
 	first := ollamaChild(h.cmd.Process.Pid)
 	if first == 0 {
 		t.Fatal("no supervised ollama serve found")
@@ -100,7 +101,7 @@ func TestRuntimeKilledMidStream(t *testing.T) {
 	}
 
 	// The supervisor starts a new ollama serve.
-	eventually(t, 60*time.Second, "ollama serve restarted", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "ollama serve restarted", func() bool {
 		p := ollamaChild(h.cmd.Process.Pid)
 		return p != 0 && p != first
 	})
@@ -196,17 +197,14 @@ func TestControlPlaneKilledNodeKeepsState(t *testing.T) {
 		t.Fatalf("authorized_keys before the kill: %q %v", before, err)
 	}
 
+	mark := node.logLen()
 	ctl.kill()
-	// Long enough for several failed reconnects (backoff 0.5, 1, 2 s …).
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(ak); err != nil || string(b) != string(before) {
-			t.Fatalf("authorized_keys changed while the control plane was down: %q %v", b, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	if !strings.Contains(node.logs(), "control plane unreachable") {
-		t.Fatalf("the node did not notice the control plane was gone")
+	// Several failed reconnects (backoff 0.5, 1, 2 s …) go by.
+	testutil.WaitFor(t, 30*time.Second, "three failed reconnects logged by the node", func() bool {
+		return strings.Count(node.logs()[mark:], "control plane unreachable") >= 3
+	})
+	if b, err := os.ReadFile(ak); err != nil || string(b) != string(before) {
+		t.Fatalf("authorized_keys changed while the control plane was down: %q %v", b, err)
 	}
 	select {
 	case <-node.exited:
@@ -552,12 +550,16 @@ func TestHearthdKilledDuringKeyCreates(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, 60*time.Second, "keys being created", func() bool { return created.Load() >= 20 })
+	testutil.WaitFor(t, 60*time.Second, "keys being created", func() bool { return created.Load() >= 20 })
 	killed.Store(true)
+	atKill := created.Load()
 	h.kill()
 	// The CLI falls back to the state directory once hearthd is gone; let
-	// a few of those land too, then stop before hearthd takes the state.
-	time.Sleep(300 * time.Millisecond)
+	// a few of those land too (beyond the at most four a worker had in
+	// flight at the kill), then stop before hearthd takes the state.
+	testutil.WaitFor(t, 60*time.Second, "keys created in the state directory after the kill", func() bool {
+		return created.Load() >= atKill+5
+	})
 	close(stop)
 	wg.Wait()
 

@@ -11,55 +11,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"golang.org/x/sys/unix"
 
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/proctest"
 	"github.com/hearthd/hearth/internal/sshdtest"
-	"github.com/hearthd/hearth/runtime/tinymodel"
+	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 var (
 	listenRe        = regexp.MustCompile(`msg="deployment API listening" addr=(\S+)`)
 	metricsRe       = regexp.MustCompile(`msg="metrics listening" addr=(\S+)`)
-	controlListenRe = regexp.MustCompile(`msg="control plane serving" listen=(\S+)`)
+	controlListenRe = regexp.MustCompile(`msg="control plane serving" listen=(\S+) url=(\S+)`)
 	keyRe           = regexp.MustCompile(`hearth_live_[A-Za-z0-9]+`)
 )
-
-// logBuffer collects a child's output while the test reads it.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // probe is a readiness check, polled until it passes.
 type probe struct {
@@ -79,13 +60,16 @@ type procSpec struct {
 
 // proc is one running child process; its stdout and stderr go to log.
 type proc struct {
-	t       *testing.T
-	name    string
-	cmd     *exec.Cmd
-	log     logBuffer
-	exited  chan struct{} // closed once the child is reaped
-	waitErr error         // set before exited is closed
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	log    *proctest.LogBuffer
+	exited <-chan struct{} // closed once the child is reaped
 }
+
+// maxLog bounds a child's kept output. Tests find log lines by offset
+// (logLen, findLog), so it is far above what any test's child writes.
+const maxLog = 64 << 20
 
 // startProc starts a child that is stopped (SIGTERM, then SIGKILL) when the
 // test ends and SIGKILLed should the test binary die, and waits for its
@@ -93,9 +77,9 @@ type proc struct {
 func startProc(t *testing.T, name string, s procSpec) *proc {
 	t.Helper()
 	argv := append(slices.Clone(s.prefix), s.argv...)
-	p := &proc{t: t, name: name, exited: make(chan struct{})}
+	p := &proc{t: t, name: name, log: &proctest.LogBuffer{Max: maxLog}}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if len(s.env) > 0 {
 		p.cmd.Env = append(os.Environ(), s.env...)
 	}
@@ -103,26 +87,13 @@ func startProc(t *testing.T, name string, s procSpec) *proc {
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// A grandchild that inherited the output must not hold up Wait.
 	p.cmd.WaitDelay = 2 * time.Second
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that started the child exits,
-		// and a thread exits when a goroutine locked to it ends (as one
-		// whose network namespace could not be restored does). This
-		// goroutine holds a thread of its own, never in a namespace, for
-		// the child's whole life.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := p.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.waitErr = p.cmd.Wait()
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
+	// proctest.Start keeps the child's Pdeathsig tied to a thread of its
+	// own, not to whichever thread (maybe one in a namespace) called us.
+	exited, err := proctest.Start(p.cmd)
+	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
+	p.exited = exited
 	t.Cleanup(func() {
 		early := false
 		select {
@@ -133,7 +104,7 @@ func startProc(t *testing.T, name string, s procSpec) *proc {
 		p.stop()
 		if t.Failed() {
 			if early {
-				t.Logf("%s had exited before the test ended: %v", name, p.waitErr)
+				t.Logf("%s had exited before the test ended: %v", name, p.cmd.ProcessState)
 			}
 			t.Logf("%s (pid %d) log:\n%s", name, p.cmd.Process.Pid, p.logs())
 		}
@@ -173,25 +144,20 @@ func (p *proc) kill() {
 // time or the process exits first.
 func (p *proc) await(r probe) {
 	p.t.Helper()
-	deadline := time.Now().Add(r.within)
-	for {
-		err := r.check(p)
-		if err == nil {
+	err := proctest.WaitReady(p.name+": "+r.what, p.exited, r.within, func() error { return r.check(p) })
+	if err == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		// The whole output is in by now: check it once more.
+		if r.check(p) == nil {
 			return
 		}
-		select {
-		case <-p.exited:
-			// The whole output is in by now: check it once more.
-			if r.check(p) == nil {
-				return
-			}
-			p.t.Fatalf("%s exited (%v) before %s:\n%s", p.name, p.waitErr, r.what, p.logs())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %s after %v (%v):\n%s", p.name, r.what, r.within, err, p.logs())
-		}
+		p.t.Fatalf("%s exited (%v) before %s:\n%s", p.name, p.cmd.ProcessState, r.what, p.logs())
+	default:
 	}
+	p.t.Fatalf("%v:\n%s", err, p.logs())
 }
 
 // findLog returns the submatches of the first complete log line after the
@@ -392,9 +358,12 @@ type controlPlane struct {
 	t        *testing.T
 	bin      string
 	stateDir string
-	url      string
-	token    string   // a management API token
+	url      string   // http://host:port, or https:// when args serve TLS
+	token    string   // a management API token of the default project
 	args     []string // serve flags after the defaults
+	// client is the management API's client: the default one, or one
+	// trusting the test CA of a control plane serving TLS.
+	client *http.Client
 }
 
 // noRateLimit lifts the management API's per-token rate limit, for tests
@@ -406,8 +375,8 @@ var noRateLimit = []string{"--rate-limit", "100000", "--rate-burst", "100000"}
 // made before the process starts (straight into the state).
 func startControl(t *testing.T, args ...string) *controlPlane {
 	t.Helper()
-	c := &controlPlane{t: t, bin: binary(t, "hearth-control"), stateDir: t.TempDir(), args: args}
-	c.token = strings.TrimSpace(c.cli("tokens", "create", "--name", "e2e"))
+	c := &controlPlane{t: t, bin: binary(t, "hearth-control"), stateDir: t.TempDir(), args: args, client: http.DefaultClient}
+	c.token = strings.TrimSpace(c.cli("tokens", "create", "--project", "default", "--name", "e2e"))
 	c.launch("127.0.0.1:0")
 	return c
 }
@@ -423,7 +392,7 @@ func (c *controlPlane) launch(listen string) {
 			if m == nil {
 				return errors.New("not logged")
 			}
-			c.url = "http://" + m[1]
+			c.url = m[2]
 			return nil
 		}}}})
 }
@@ -432,8 +401,12 @@ func (c *controlPlane) launch(listen string) {
 // clients find it where the old one was.
 func (c *controlPlane) restart() *controlPlane {
 	c.t.Helper()
-	n := &controlPlane{t: c.t, bin: c.bin, stateDir: c.stateDir, token: c.token, args: c.args}
-	n.launch(strings.TrimPrefix(c.url, "http://"))
+	n := &controlPlane{t: c.t, bin: c.bin, stateDir: c.stateDir, token: c.token, args: c.args, client: c.client}
+	u, err := url.Parse(c.url)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.launch(u.Host)
 	return n
 }
 
@@ -454,7 +427,7 @@ func (c *controlPlane) api(method, path string, in, out any) int {
 	}
 	req, _ := http.NewRequest(method, c.url+path, body)
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.client.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -520,7 +493,7 @@ func (c *controlPlane) node(id string) nodeInfo {
 func (c *controlPlane) applied(id string, within time.Duration) uint64 {
 	c.t.Helper()
 	var rev uint64
-	eventually(c.t, within, "node "+id+" applied its desired state", func() bool {
+	testutil.WaitFor(c.t, within, "node "+id+" applied its desired state", func() bool {
 		n := c.node(id)
 		rev = n.Revision
 		return n.Observed != nil && n.Observed.FirewallRevision == n.Revision && n.Observed.SSHKeysRevision == n.Revision
@@ -541,17 +514,6 @@ func runCmd(t *testing.T, args ...string) string {
 		t.Fatalf("%s: %v", strings.Join(args, " "), err)
 	}
 	return string(out)
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // startMockRuntime serves the bench mock runtime (an Ollama look-alike with
@@ -586,44 +548,4 @@ func genPubKey(t *testing.T, comment string) string {
 	t.Helper()
 	_, line := sshdtest.NewSigner(t)
 	return line + " " + comment
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// A child outlives the thread of whoever started it: a caller locked to a
-// thread that then ends (a namespace helper that could not restore its
-// thread) must not take the child with it through Pdeathsig.
-func TestChildOutlivesStarterThread(t *testing.T) {
-	got := make(chan *proc, 1)
-	release := make(chan struct{})
-	defer close(release)
-	var try func()
-	try = func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The runtime never ends the main thread: keep it busy and
-			// start from another.
-			go try()
-			<-release
-			runtime.UnlockOSThread()
-			return
-		}
-		// Never unlocked: the thread ends with this goroutine.
-		got <- startProc(t, "sleep", procSpec{argv: []string{"sleep", "60"}})
-	}
-	go try()
-	p := <-got
-	select {
-	case <-p.exited:
-		t.Fatalf("the child died with its starter's thread: %v", p.waitErr)
-	case <-time.After(time.Second):
-	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/bench"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Load and abuse on the deployment API, all on loopback and bounded in
@@ -150,8 +151,17 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 			conns = append(conns, c)
 			rawPost(c, "/api/v1/chat/completions", h.secret, len(body), body)
 		}
-		// Not reading: buffers fill, hearthd's writes stall.
-		time.Sleep(stall + 3*time.Second)
+		testutil.WaitFor(t, 10*time.Second, "a generation for every slow reader", func() bool {
+			return mock.Stats().Active == slots
+		})
+		// Not reading: buffers fill, hearthd's writes stall, and the
+		// write-stall timeout ends the streams, which cancels their
+		// generations (they would run for good otherwise). The
+		// well-behaved client adds at most one short generation now and
+		// then, so none active means the slow readers' are gone.
+		testutil.WaitFor(t, stall+30*time.Second, "the unread streams' generations to be cancelled", func() bool {
+			return mock.Stats().Active == 0
+		})
 		for i, c := range conns {
 			_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
 			got, err := io.ReadAll(c)
@@ -280,7 +290,8 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 		if e := dialErr.Load(); e != nil {
 			t.Fatalf("opening %d connections: %v", n, e)
 		}
-		// Idle past the read timeout; the keep-alive idle timeout holds them.
+		// Idle past the read timeout; the keep-alive idle timeout holds
+		// them. (The time has to pass for real: it is what is tested.)
 		time.Sleep(readTimeout + time.Second)
 		for i := 0; i < n; i += n / 50 {
 			if err := healthz(conns[i]); err != nil {

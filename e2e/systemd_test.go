@@ -6,82 +6,25 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
-
-// notifySocket is a NOTIFY_SOCKET as systemd provides one: a unixgram
-// socket collecting sd_notify messages in order.
-type notifySocket struct {
-	path string
-	conn *net.UnixConn
-	mu   sync.Mutex
-	msgs []string
-}
-
-func newNotifySocket(t *testing.T) *notifySocket {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &notifySocket{path: path, conn: conn}
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			k, err := conn.Read(buf)
-			if err != nil {
-				return
-			}
-			n.mu.Lock()
-			for _, line := range strings.Split(strings.TrimSpace(string(buf[:k])), "\n") {
-				n.msgs = append(n.msgs, line)
-			}
-			n.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { conn.Close() })
-	return n
-}
-
-func (n *notifySocket) messages() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]string(nil), n.msgs...)
-}
-
-// waitFor waits until a message with prefix arrives and returns its index.
-func (n *notifySocket) waitFor(t *testing.T, prefix string, d time.Duration) int {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		for i, m := range n.messages() {
-			if strings.HasPrefix(m, prefix) {
-				return i
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no %q from hearthd within %v; got %q", prefix, d, n.messages())
-	return -1
-}
 
 // hearthd under systemd's protocols, without systemd as PID 1: READY=1
 // after the model is warm with STATUS= lines before it, watchdog pings, and
 // on SIGTERM STOPPING=1 while an in-flight stream still finishes.
 func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 	inst := shared.ollama.Get(t)
-	ns := newNotifySocket(t)
-	h := startHearthd(t, hearthdOpts{env: []string{"NOTIFY_SOCKET=" + ns.path, "WATCHDOG_USEC=1000000"},
-		args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--shutdown-timeout", "30s"}})
+	ns := testutil.NewNotifySocket(t)
+	h := startHearthd(t, hearthdOpts{env: []string{"NOTIFY_SOCKET=" + ns.Path, "WATCHDOG_USEC=1000000"},
+		args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--shutdown-timeout", "30s", "--max-output-tokens", "100000"}})
 
-	ready := ns.waitFor(t, "READY=1", 60*time.Second)
-	msgs := ns.messages()
+	ready := ns.WaitFor(t, 60*time.Second, "READY=1")
+	msgs := ns.Messages()
 	sawStatus := false
 	for _, m := range msgs[:ready] {
 		sawStatus = sawStatus || strings.HasPrefix(m, "STATUS=")
@@ -93,7 +36,7 @@ func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 	if resp, err := http.Get(h.root + "/readyz"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("readyz after READY=1: %v %v", resp, err)
 	}
-	ns.waitFor(t, "WATCHDOG=1", 5*time.Second)
+	ns.WaitFor(t, 5*time.Second, "WATCHDOG=1")
 
 	// A long stream is in flight when SIGTERM arrives.
 	resp := postChat(t, h, h.secret, fmt.Sprintf(`{"model":%q,"stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"go"}]}`, inst.Model))
@@ -105,7 +48,7 @@ func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 	if err := h.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	ns.waitFor(t, "STOPPING=1", 5*time.Second)
+	ns.WaitFor(t, 5*time.Second, "STOPPING=1")
 	last := ""
 	for {
 		line, err := br.ReadString('\n')
@@ -133,21 +76,9 @@ func TestSystemdNotifyWatchdogAndDrain(t *testing.T) {
 // hearthd serves on it instead of listening itself.
 func TestSystemdSocketActivation(t *testing.T) {
 	inst := shared.ollama.Get(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := ln.(*net.TCPListener).File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln.Close()
-	defer f.Close()
-	// LISTEN_PID must be the daemon's own pid: the shell sets it, then
-	// execs hearthd in its place.
-	addr := ln.Addr().String()
+	f, addr := passedSocket(t)
 	h := startHearthd(t, hearthdOpts{
-		prefix: []string{"/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=api exec "$0" "$@"`},
+		prefix: activated,
 		files:  []*os.File{f},
 		args:   []string{"--listen", "127.0.0.1:1", "--metrics-listen", "", "--model", inst.Model, "--ollama-url", inst.URL},
 		probe: &probe{what: "service on the passed socket", within: 60 * time.Second,
@@ -160,4 +91,50 @@ func TestSystemdSocketActivation(t *testing.T) {
 		t.Fatalf("models on the passed socket: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// hearth-control, too, serves on the socket hearth-control.socket passes
+// (FileDescriptorName=api) instead of listening itself: its --listen names
+// an address another socket holds, so only the passed socket can serve.
+func TestControlSocketActivation(t *testing.T) {
+	f, addr := passedSocket(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	p := startProc(t, "hearth-control", procSpec{
+		prefix: activated,
+		argv: []string{binary(t, "hearth-control"), "serve", "--listen", busy.Addr().String(), "--metrics-listen", "",
+			"--state-dir", t.TempDir(), "--public-deployment-url-template", "http://{name}.deploy.test/api/v1"},
+		files: []*os.File{f},
+		ready: []probe{{what: "the management API on the passed socket", within: 30 * time.Second,
+			check: func(*proc) error { return getOK("http://" + addr + "/v1/openapi.json") }}},
+	})
+	testutil.WaitFor(t, 10*time.Second, "the serving log line", func() bool { return p.findLog(controlListenRe, 0) != nil })
+	if m := p.findLog(controlListenRe, 0); m[1] != addr || !strings.Contains(p.logs(), "socket_activated=true") {
+		t.Fatalf("hearth-control serves on %s, want the passed socket %s, socket-activated:\n%s", m[1], addr, p.logs())
+	}
+}
+
+// activated runs a daemon as systemd socket-activates it with one socket
+// named "api" at fd 3: LISTEN_PID must be the daemon's own pid, so the
+// shell sets it, then execs the daemon in its place.
+var activated = []string{"/bin/sh", "-c", `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=api exec "$0" "$@"`}
+
+// passedSocket returns a listening loopback socket to pass to a daemon, as
+// a file, and its address. It is closed when the test ends.
+func passedSocket(t *testing.T) (*os.File, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close() // the file is a copy that keeps the socket listening
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, ln.Addr().String()
 }

@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/hearthd/hearth/internal/netnstest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // skipEnv opts out of the real-kernel tests explicitly (e.g. on a
@@ -44,21 +44,6 @@ var (
 	clientV6  = netip.MustParseAddr("fd00:200::2")
 	clientV6b = netip.MustParseAddr("fd00:200::3")
 )
-
-func requireKernel(t *testing.T) {
-	t.Helper()
-	if os.Getenv(skipEnv) == "1" {
-		t.Skipf("%s=1: real-kernel firewall tests explicitly disabled", skipEnv)
-	}
-	if os.Geteuid() != 0 {
-		t.Fatalf("real-kernel firewall tests need root (network namespaces, nftables); run as root or set %s=1 to opt out", skipEnv)
-	}
-	for _, bin := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("real-kernel firewall tests need %q (apt-get install nftables iproute2): %v", bin, err)
-		}
-	}
-}
 
 // nsBackend is a knftables.Interface whose every nft invocation runs inside a
 // network namespace; fail makes Run fail, to test failed applies.
@@ -135,7 +120,7 @@ func run(t *testing.T, stdin string, args ...string) string {
 
 func newTestNet(t *testing.T) *testNet {
 	t.Helper()
-	requireKernel(t)
+	testutil.RequireRoot(t, skipEnv, "ip", "nft")
 	return &testNet{netnstest.NewPair(t, "hfw",
 		[]netip.Prefix{netip.PrefixFrom(serverV4, 24), netip.PrefixFrom(serverV6, 64)},
 		[]netip.Prefix{netip.PrefixFrom(clientV4, 24), netip.PrefixFrom(clientV4b, 24), netip.PrefixFrom(clientV6, 64), netip.PrefixFrom(clientV6b, 64)})}
@@ -457,13 +442,9 @@ func section(t *testing.T, ruleset string, tbl []string) string {
 
 func waitRepairs(t *testing.T, fw *NFT, want uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for fw.Stats().DriftRepairs < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("drift repairs = %d, want %d: %+v", fw.Stats().DriftRepairs, want, fw.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("drift repair %d", want), func() bool {
+		return fw.Stats().DriftRepairs >= want
+	})
 }
 
 func TestKernelDriftRepair(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -321,29 +322,38 @@ func TestRepairFailureCounted(t *testing.T) {
 }
 
 func TestRunRepairsInBackground(t *testing.T) {
-	n, fake, _ := newFakeNFT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := n.Apply(ctx, sampleRules); err != nil {
-		t.Fatal(err)
-	}
-	want := fake.Dump()
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	mustRun(t, fake, func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) })
-	deadline := time.Now().Add(10 * time.Second)
-	for n.Stats().DriftRepairs == 0 && time.Now().Before(deadline) {
+	synctest.Test(t, func(t *testing.T) {
+		n, fake, _ := newFakeNFT(t) // drift checked every 5 ms
+		ctx, cancel := context.WithCancel(context.Background())
+		if err := n.Apply(ctx, sampleRules); err != nil {
+			t.Fatal(err)
+		}
+		want := fake.Dump()
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		mustRun(t, fake, func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) })
+		synctest.Wait()
+		if r := n.Stats().DriftRepairs; r != 0 {
+			t.Fatalf("%d repairs before the first check", r)
+		}
 		time.Sleep(5 * time.Millisecond)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v", err)
-	}
-	if n.Stats().DriftRepairs == 0 {
-		t.Fatal("Run did not repair the deleted table")
-	}
-	if got := fake.Dump(); got != want {
-		t.Fatalf("after repair:\n%s", got)
-	}
+		synctest.Wait()
+		if r := n.Stats().DriftRepairs; r != 1 {
+			t.Fatalf("%d repairs after the first check, want 1", r)
+		}
+		if got := fake.Dump(); got != want {
+			t.Fatalf("after repair:\n%s", got)
+		}
+		// Nothing drifts any more: later checks repair nothing.
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+		if r := n.Stats().DriftRepairs; r != 1 {
+			t.Fatalf("%d repairs with nothing drifted, want 1", r)
+		}
+	})
 }
 
 func TestRemove(t *testing.T) {

@@ -6,8 +6,9 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"github.com/hearthd/hearth/internal/textcheck"
 )
 
 // Enumerated values of Rule fields.
@@ -46,7 +47,7 @@ const (
 //   - Protocol icmp means ICMP for IPv4 and ICMPv6 for IPv6.
 //   - ID, when present, is 1–64 characters of [A-Za-z0-9_-]. It never reaches
 //     nftables, but keeping it plain keeps logs and errors unambiguous.
-//   - Description: at most 255 characters, valid UTF-8, no control characters.
+//   - Description: at most 255 characters, valid UTF-8, no control or invisible formatting characters (internal/textcheck).
 //     It never reaches nftables.
 type Rule struct {
 	ID          string `json:"id,omitempty"`
@@ -244,13 +245,11 @@ func checkDescription(d string) error {
 	if !utf8.ValidString(d) {
 		return fieldErr("description", "must be valid UTF-8")
 	}
-	n := 0
-	for _, c := range d {
-		n++
-		// Line and paragraph separators count as newlines too.
-		if unicode.IsControl(c) || c == '\u2028' || c == '\u2029' {
-			return fieldErr("description", "must not contain control characters or line breaks")
-		}
+	n := utf8.RuneCountInString(d)
+	// Line and paragraph separators count as newlines; bidi overrides and
+	// other format characters could make a rule read as another.
+	if r, hidden := textcheck.Hidden(d); hidden {
+		return fieldErr("description", "must not contain control characters, line breaks or invisible formatting characters (found %U)", r)
 	}
 	if n > MaxDescriptionLen {
 		return fieldErr("description", "must be at most %d characters", MaxDescriptionLen)

@@ -13,6 +13,11 @@ const (
 	RejectDraining = "draining"
 	// RejectNotReady: the model is not loaded yet.
 	RejectNotReady = "not_ready"
+	// RejectKeyLimit: the API key's requests or tokens per minute are used up.
+	RejectKeyLimit = "key_rate_limit"
+	// RejectSwitching: the deployment was switching its model for longer
+	// than a request may wait.
+	RejectSwitching = "model_switch"
 )
 
 type admissionMetrics struct {

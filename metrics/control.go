@@ -17,12 +17,11 @@ const DefaultControlAddr = "127.0.0.1:9465"
 // Control holds the metrics of the control plane. Create it with
 // NewControl; all methods are safe for concurrent use.
 type Control struct {
-	reg        *prometheus.Registry
-	requests   *prometheus.CounterVec
-	children   *childCache[ctlRequest]
-	deliveries prometheus.Counter
-	nodes      *funcGauge
-	servers    *serversCollector
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	children *childCache[ctlRequest]
+	nodes    *funcGauge
+	servers  *serversCollector
 }
 
 type ctlRequest struct {
@@ -40,10 +39,6 @@ func NewControl(version string) *Control {
 			Name: "hearth_control_http_requests_total",
 			Help: "Control-plane API requests answered, by route pattern, method and HTTP status code.",
 		}, []string{"route", "method", "code"}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "hearth_control_desired_state_deliveries_total",
-			Help: "Desired-state documents delivered to nodes.",
-		}),
 		nodes:   newFuncGauge("hearth_control_nodes_connected", "Nodes currently connected to the control plane."),
 		servers: newServersCollector(),
 	}
@@ -54,7 +49,7 @@ func NewControl(version string) *Control {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(version),
-		c.requests, c.deliveries, c.nodes, c.servers,
+		c.requests, c.nodes, c.servers,
 	)
 	return c
 }
@@ -153,9 +148,6 @@ func (w *statusWriter) status() int {
 	}
 	return w.code
 }
-
-// DesiredStateDelivered counts one desired-state document sent to a node.
-func (c *Control) DesiredStateDelivered() { c.deliveries.Inc() }
 
 // RegisterNodesConnected sets the function read at each scrape for
 // hearth_control_nodes_connected. Until it is called the metric is absent;

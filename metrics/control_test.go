@@ -10,7 +10,6 @@ func scriptedControl() *Control {
 	c := NewControl("v0.1.0-test")
 	c.Request("/v1/servers", http.MethodGet, 200)
 	c.Request("/v1/servers/{id}", http.MethodDelete, 404)
-	c.DesiredStateDelivered()
 	c.RegisterNodesConnected(func() int { return 2 })
 	c.RegisterServers(func() map[string]int { return map[string]int{"active": 3, "provisioning": 1} })
 	return c
@@ -69,12 +68,9 @@ hearth_control_http_requests_total{code="500",method="GET",route="/panic"} 1
 `, "hearth_control_http_requests_total")
 }
 
-func TestControlScrapeFuncsAndDeliveries(t *testing.T) {
+func TestControlScrapeFuncs(t *testing.T) {
 	c := scriptedControl()
 	compare(t, c.Registry(), `
-# HELP hearth_control_desired_state_deliveries_total Desired-state documents delivered to nodes.
-# TYPE hearth_control_desired_state_deliveries_total counter
-hearth_control_desired_state_deliveries_total 1
 # HELP hearth_control_nodes_connected Nodes currently connected to the control plane.
 # TYPE hearth_control_nodes_connected gauge
 hearth_control_nodes_connected 2
@@ -86,7 +82,7 @@ hearth_control_servers{status="provisioning"} 1
 # TYPE hearth_control_http_requests_total counter
 hearth_control_http_requests_total{code="200",method="GET",route="/v1/servers"} 1
 hearth_control_http_requests_total{code="404",method="DELETE",route="/v1/servers/{id}"} 1
-`, "hearth_control_desired_state_deliveries_total", "hearth_control_nodes_connected",
+`, "hearth_control_nodes_connected",
 		"hearth_control_servers", "hearth_control_http_requests_total")
 	if m := gatherOne(t, c.Registry(), "hearth_build_info"); m.GetGauge().GetValue() != 1 {
 		t.Fatalf("control build info: %v", m)

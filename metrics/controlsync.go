@@ -49,6 +49,20 @@ func (c *controlSyncCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.last, prometheus.GaugeValue, timestampSeconds(last))
 }
 
+// newDeliveries counts, on the node, the desired states it received: each
+// one is a delivery, and summed over the nodes the control plane's rate of
+// them (counted where it is sure to have arrived).
+func newDeliveries() prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hearth_control_desired_state_deliveries_total",
+		Help: "New desired states the node received from the control plane.",
+	})
+}
+
+// DesiredStateReceived counts one new desired state received from the
+// control plane (not the one restored from disk at start).
+func (n *Node) DesiredStateReceived() { n.deliveries.Inc() }
+
 // RegisterControlSync sets the function, read at each scrape, that returns
 // the time of the node's last successful sync with the control plane (zero
 // if none yet). Until it is called the sync metrics are absent; a later

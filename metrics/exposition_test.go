@@ -72,6 +72,8 @@ func scriptedNode() *Node {
 	})
 	n.RegisterSSHKeys(func() SSHKeyStats { return SSHKeyStats{Syncs: 6, Writes: 2} })
 	n.RegisterControlSync(func() time.Time { return start.Add(75 * time.Second) })
+	n.DesiredStateReceived()
+	n.DesiredStateReceived()
 	return n
 }
 

@@ -29,6 +29,8 @@ type Node struct {
 	fw   *firewallCollector
 	ssh  *sshKeyCollector
 	sync *controlSyncCollector
+
+	deliveries prometheus.Counter
 }
 
 // NewNode builds the node metrics, registered on a fresh registry together
@@ -44,6 +46,7 @@ func NewNode(version string) *Node {
 	n.fw = newFirewallCollector()
 	n.ssh = newSSHKeyCollector()
 	n.sync = newControlSyncCollector(func() time.Time { return n.now() }, n.now())
+	n.deliveries = newDeliveries()
 	n.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -54,7 +57,7 @@ func NewNode(version string) *Node {
 	n.adm.register(n.reg)
 	n.auth.register(n.reg)
 	n.rt.register(n.reg)
-	n.reg.MustRegister(n.fw, n.ssh, n.sync)
+	n.reg.MustRegister(n.fw, n.ssh, n.sync, n.deliveries)
 	return n
 }
 

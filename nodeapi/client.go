@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hearthd/hearth/internal/config"
 )
 
 // Error is a non-2xx answer from the control plane.
@@ -20,6 +22,19 @@ type Error struct {
 	Code      string
 	Message   string
 	RequestID string
+	// RetryAfter is the control plane's Retry-After (a 429 or 503), 0 if
+	// it sent none.
+	RetryAfter time.Duration
+}
+
+// RetryAfter is the wait err asks for before the next try: its Retry-After
+// if it is an *Error carrying one, else 0.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 func (e *Error) Error() string {
@@ -40,17 +55,43 @@ type Client struct {
 	// credential is the node credential, or the enrollment token while
 	// enrolling; set with SetCredential.
 	credential string
+	// plain is set when base is plain HTTP to another machine: no
+	// credential is ever sent there.
+	plain error
 }
 
 // NewClient returns a client for the control plane at baseURL (scheme and
-// host, e.g. "http://127.0.0.1:8400"). A nil httpClient uses a client with
-// no overall timeout, since long-polls are bounded by their own wait.
+// host, e.g. "http://127.0.0.1:8400"). A nil httpClient uses a client of
+// its own with no overall timeout, since long-polls are bounded by their
+// own wait.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
-		httpClient = &http.Client{}
+		// Its own transport, so that CloseIdleConnections closes only its
+		// connections.
+		httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	return &Client{base: strings.TrimRight(baseURL, "/"), http: httpClient}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: httpClient}
+	c.plain = CheckURL(baseURL)
+	return c
 }
+
+// CheckURL refuses a control plane URL that would carry the enrollment
+// token and the node credential in the clear: plain HTTP is only for
+// loopback (a control plane on the same machine, tests).
+func CheckURL(baseURL string) error {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return fmt.Errorf("control plane URL: %w", err)
+	}
+	if u.Scheme == "http" && !config.LoopbackHost(u.Hostname()) {
+		return fmt.Errorf("control plane URL %s is plain HTTP to another machine, which would send the node's enrollment token and credential in the clear: use https (plain http is only for loopback)", baseURL)
+	}
+	return nil
+}
+
+// CloseIdleConnections closes the connections kept for reuse (when the
+// node agent stops, so that none outlives it).
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 
 // SetCredential sets the node credential used by Desired and ReportObserved.
 func (c *Client) SetCredential(credential string) { c.credential = credential }
@@ -96,6 +137,9 @@ func (c *Client) ReportObserved(ctx context.Context, o Observed) error {
 }
 
 func (c *Client) do(ctx context.Context, method, path, bearer string, in, out any) (int, error) {
+	if c.plain != nil {
+		return 0, c.plain
+	}
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -123,6 +167,9 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, in, out an
 	}
 	if resp.StatusCode >= 300 {
 		e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			e.RetryAfter = time.Duration(secs) * time.Second
+		}
 		var eb ErrorBody
 		if json.Unmarshal(raw, &eb) == nil {
 			e.Code, e.Message = eb.Error.Code, eb.Error.Message

@@ -10,13 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/nodeapi"
+	"github.com/hearthd/hearth/sshkeys"
 )
 
 func TestClientRoundTrip(t *testing.T) {
 	want := nodeapi.Desired{NodeID: "node_1", Revision: 7, Server: &nodeapi.Server{ID: "srv_1", Name: "web", Stack: "deployment", Model: "m"},
-		Model: "m", SSHKeys: []nodeapi.SSHKey{{ID: "sk_1", PublicKey: "ssh-ed25519 AAAA", Fingerprint: "SHA256:x"}},
-		FirewallRules: []nodeapi.FirewallRule{{ID: "fw_1", Direction: "inbound", Protocol: "tcp", PortRange: "22", Action: "allow"}}}
+		Model: "m", SSHKeys: []sshkeys.Key{{ID: "sk_1", PublicKey: "ssh-ed25519 AAAA", Fingerprint: "SHA256:x"}},
+		FirewallRules: []firewall.Rule{{ID: "fw_1", Direction: "inbound", Protocol: "tcp", PortRange: "22", Action: "allow"}}}
 	var gotObserved nodeapi.Observed
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+nodeapi.PathEnroll, func(w http.ResponseWriter, r *http.Request) {
@@ -78,7 +80,24 @@ func TestClientRoundTrip(t *testing.T) {
 	if err := c.ReportObserved(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	if gotObserved != o {
+	if !reflect.DeepEqual(gotObserved, o) {
 		t.Fatalf("observed %+v, want %+v", gotObserved, o)
+	}
+}
+
+// A throttled node learns how long to wait: Retry-After comes with the error.
+func TestClientCarriesRetryAfter(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"error":{"code":"rate_limited","message":"slow down","param":null,"request_id":"req_2"}}`))
+	}))
+	defer ts.Close()
+	err := nodeapi.NewClient(ts.URL, nil).ReportObserved(context.Background(), nodeapi.Observed{})
+	if d := nodeapi.RetryAfter(err); d != 3*time.Second {
+		t.Fatalf("RetryAfter(%v) = %v, want 3s", err, d)
+	}
+	if d := nodeapi.RetryAfter(errors.New("other")); d != 0 {
+		t.Fatalf("RetryAfter of a plain error = %v", d)
 	}
 }

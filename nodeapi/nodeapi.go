@@ -6,6 +6,13 @@
 // what it applied. Every credential travels as "Authorization: Bearer".
 package nodeapi
 
+import (
+	"time"
+
+	"github.com/hearthd/hearth/firewall"
+	"github.com/hearthd/hearth/sshkeys"
+)
+
 // Paths of the node protocol, relative to the control plane's base URL.
 const (
 	PathEnroll   = "/v1/nodes/enroll"
@@ -14,8 +21,8 @@ const (
 )
 
 // DefaultWait is how long the control plane holds a desired-state long-poll
-// open when nothing changes.
-const DefaultWait = 30
+// open when nothing changes, and how long the node asks it to.
+const DefaultWait = 30 * time.Second
 
 // Hardware is what a node offers to the capacity pool. RAM and Storage are in
 // GB, so they compare directly with a server request's ram and storage.
@@ -48,38 +55,54 @@ type Server struct {
 	DeploymentURL string `json:"deployment_url,omitempty"`
 }
 
-// SSHKey is one authorized key; its JSON shape matches sshkeys.Key.
-type SSHKey struct {
-	ID          string `json:"id"`
-	PublicKey   string `json:"public_key"`
-	Fingerprint string `json:"fingerprint"`
-}
-
-// FirewallRule is one canonical firewall rule; its JSON shape matches
-// firewall.Rule.
-type FirewallRule struct {
-	ID          string `json:"id,omitempty"`
-	Direction   string `json:"direction"`
-	Protocol    string `json:"protocol"`
-	PortRange   string `json:"port_range,omitempty"`
-	Source      string `json:"source,omitempty"`
-	Destination string `json:"destination,omitempty"`
-	Action      string `json:"action"`
-	Description string `json:"description,omitempty"`
-}
-
-// Desired is everything a node must enforce at one revision. A node with no
+// Desired is everything a node must enforce at one revision. Keys and rules
+// are the very types the node enforces and the control plane validates, so
+// both sides of the wire share one definition (and one canonical form). A node with no
 // server assigned gets no server, no keys and no rules. Wipe asks the node to
 // remove the server's keys and rules and report back; the control plane then
 // returns the node to the pool.
 type Desired struct {
-	NodeID        string         `json:"node_id"`
-	Revision      uint64         `json:"revision"`
-	Server        *Server        `json:"server"`
-	Model         string         `json:"model,omitempty"`
-	SSHKeys       []SSHKey       `json:"ssh_keys"`
-	FirewallRules []FirewallRule `json:"firewall_rules"`
-	Wipe          bool           `json:"wipe"`
+	NodeID        string          `json:"node_id"`
+	Revision      uint64          `json:"revision"`
+	Server        *Server         `json:"server"`
+	Model         string          `json:"model,omitempty"`
+	SSHKeys       []sshkeys.Key   `json:"ssh_keys"`
+	FirewallRules []firewall.Rule `json:"firewall_rules"`
+	// APIKeys are the deployment API keys the management API issued for
+	// the server; the node replaces its whole set of managed keys with
+	// them at each revision. Only hashes travel, never secrets.
+	APIKeys []APIKey `json:"api_keys"`
+	Wipe    bool     `json:"wipe"`
+}
+
+// APIKey is one management-issued deployment API key as the node enforces
+// it. Hash is the hex SHA-256 of the whole secret ("hearth_live_…"). Zero
+// limits mean unlimited.
+type APIKey struct {
+	ID                string     `json:"id"`
+	Name              string     `json:"name"`
+	Hash              string     `json:"hash"`
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"`
+	RequestsPerMinute int        `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int        `json:"tokens_per_minute,omitempty"`
+}
+
+// KeyUsage is what one managed key has been used for on this node since it
+// arrived there (cumulative; a wipe resets it).
+type KeyUsage struct {
+	ID               string     `json:"id"`
+	Requests         uint64     `json:"requests"`
+	PromptTokens     uint64     `json:"prompt_tokens"`
+	CompletionTokens uint64     `json:"completion_tokens"`
+	LastUsedAt       *time.Time `json:"last_used_at,omitempty"`
+}
+
+// PullProgress is the state of a model pull while it lasts, as the runtime
+// reports it.
+type PullProgress struct {
+	Status    string `json:"status"`
+	Completed int64  `json:"completed,omitempty"`
+	Total     int64  `json:"total,omitempty"`
 }
 
 // Observed is what a node reports it applied. Revision is the desired
@@ -87,14 +110,25 @@ type Desired struct {
 // the last revisions applied successfully, and the *Error fields describe
 // the failure of a later one.
 type Observed struct {
-	Revision         uint64 `json:"revision"`
-	IP               string `json:"ip,omitempty"`
-	RuntimeHealthy   bool   `json:"runtime_healthy"`
-	RuntimeError     string `json:"runtime_error,omitempty"`
-	FirewallRevision uint64 `json:"firewall_revision"`
-	FirewallError    string `json:"firewall_error,omitempty"`
-	SSHKeysRevision  uint64 `json:"ssh_keys_revision"`
-	SSHKeysError     string `json:"ssh_keys_error,omitempty"`
+	Revision       uint64 `json:"revision"`
+	IP             string `json:"ip,omitempty"`
+	RuntimeHealthy bool   `json:"runtime_healthy"`
+	RuntimeError   string `json:"runtime_error,omitempty"`
+	// RuntimeRevision is the last desired revision at which the node served
+	// exactly Desired.Model and the model answered; RuntimeModel is the
+	// model the deployment API serves now; RuntimeProgress is set while a
+	// pull of the ordered model runs.
+	RuntimeRevision  uint64        `json:"runtime_revision"`
+	RuntimeModel     string        `json:"runtime_model,omitempty"`
+	RuntimeProgress  *PullProgress `json:"runtime_progress,omitempty"`
+	FirewallRevision uint64        `json:"firewall_revision"`
+	FirewallError    string        `json:"firewall_error,omitempty"`
+	SSHKeysRevision  uint64        `json:"ssh_keys_revision"`
+	SSHKeysError     string        `json:"ssh_keys_error,omitempty"`
+	APIKeysRevision  uint64        `json:"api_keys_revision"`
+	APIKeysError     string        `json:"api_keys_error,omitempty"`
+	// Usage is the cumulative use of each managed API key.
+	Usage []KeyUsage `json:"usage,omitempty"`
 	// Wiped reports that the wipe requested at Revision is done.
 	Wiped bool `json:"wiped"`
 }

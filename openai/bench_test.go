@@ -34,3 +34,25 @@ func BenchmarkDecodeChatRequest(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeChatRequestTools decodes an agent-style request: tools,
+// a tool round trip in the history, content parts and a JSON schema.
+func BenchmarkDecodeChatRequestTools(b *testing.B) {
+	body := []byte(`{"model":"llama3.2:1b","temperature":0.2,"stop":["\n\n"],"messages":[` +
+		`{"role":"system","content":"You are a weather assistant."},` +
+		`{"role":"user","content":[{"type":"text","text":"Weather in "},{"type":"text","text":"Oslo?"}]},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",` +
+		`"function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"-3C, snow"}],` +
+		`"tools":[{"type":"function","function":{"name":"get_weather","description":"Current weather.",` +
+		`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},` +
+		`{"type":"function","function":{"name":"now","description":"Current time."}}],"tool_choice":"auto",` +
+		`"response_format":{"type":"json_schema","json_schema":{"name":"answer","strict":true,` +
+		`"schema":{"type":"object","properties":{"text":{"type":"string"}}}}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, e := DecodeChatRequest(body, "llama3.2:1b"); e != nil {
+			b.Fatal(e)
+		}
+	}
+}

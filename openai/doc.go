@@ -1,7 +1,7 @@
 // Package openai is the OpenAI chat-completion wire format of the deployment
-// API: it decodes and validates requests into runtime.Request, and encodes
+// API: it decodes and validates requests into llm.Request, and encodes
 // responses, server-sent event chunks and errors. It is pure functions; the
-// daemon owns the HTTP server.
+// deployment API (deployapi) owns the HTTP server.
 //
 // Encoders append to a caller's []byte and never use reflection, so the
 // per-token path (ChunkEncoder.AppendContent) does not allocate.
@@ -40,6 +40,9 @@
 //	presence_penalty           Options.PresencePenalty, -2..2
 //	frequency_penalty          Options.FrequencyPenalty, -2..2
 //	seed                       Options.Seed, integer
+//	top_k                      Options.TopK, -1..2^20 (vLLM's; -1 and 0 turn it off)
+//	min_p                      Options.MinP, 0..1 (vLLM's)
+//	repetition_penalty         Options.RepetitionPenalty, 0..10 (vLLM's; 1 is none)
 //	max_completion_tokens      Options.MaxTokens, integer ≥ 1
 //	max_tokens                 Options.MaxTokens, integer ≥ 1; when both are sent they
 //	                           must be equal, else 400 on max_tokens (preferring one would
@@ -63,8 +66,8 @@
 //	user, safety_identifier,   strings, accepted and dropped (end-user identifier and a
 //	prompt_cache_key           caching hint change nothing in the output)
 //	logit_bias                 {} → nothing; non-empty → 400
-//	logprobs                   false → nothing; true → 400
-//	top_logprobs               0 → nothing; otherwise 400
+//	logprobs                   Options.Logprobs (400 where the runtime cannot give them)
+//	top_logprobs               0–20 → Options.TopLogprobs; needs logprobs true
 //	store                      false → nothing; true → 400
 //	metadata                   {} → nothing; non-empty → 400 (only kept with store)
 //	service_tier               "auto", "default" → nothing; other tiers → 400

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/hearthd/hearth/runtime"
+	"github.com/hearthd/hearth/internal/ids"
+	"github.com/hearthd/hearth/llm"
 )
 
 // event checks that b is exactly one SSE data event and returns its
@@ -71,7 +74,7 @@ func TestChunkEncoderStream(t *testing.T) {
 		t.Run(fmt.Sprint("includeUsage=", includeUsage), func(t *testing.T) {
 			enc := NewChunkEncoder("chatcmpl-abc", 1700000000, `m"odel`, "fp_1", includeUsage)
 			text := "Hé \"q\" \\ \n\t\x00 \u2028 😀"
-			calls := []runtime.ToolCall{
+			calls := []llm.ToolCall{
 				{ID: "call_1", Name: "get_weather", Arguments: json.RawMessage(`{"city": "Oslo"}`)},
 				{Name: "now"},
 			}
@@ -80,7 +83,7 @@ func TestChunkEncoderStream(t *testing.T) {
 				enc.AppendRole(nil),
 				enc.AppendContent(nil, text),
 				enc.AppendToolCalls(nil, calls, 2),
-				enc.AppendFinish(nil, runtime.FinishToolCalls),
+				enc.AppendFinish(nil, llm.FinishToolCalls),
 			}
 			for _, c := range chunks {
 				dst = append(dst, c...)
@@ -272,11 +275,11 @@ func TestRuntimeError(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{&runtime.InvalidRequestError{Msg: "bad schema"}, 400, "bad schema"},
-		{fmt.Errorf("chat: %w", &runtime.InvalidRequestError{Msg: "bad schema"}), 400, "bad schema"},
-		{fmt.Errorf("chat: %w", runtime.ErrTimeout), 504, ""},
+		{&llm.InvalidRequestError{Msg: "bad schema"}, 400, "bad schema"},
+		{fmt.Errorf("chat: %w", &llm.InvalidRequestError{Msg: "bad schema"}), 400, "bad schema"},
+		{fmt.Errorf("chat: %w", llm.ErrTimeout), 504, ""},
 		{context.DeadlineExceeded, 504, ""},
-		{fmt.Errorf("dial: %w", runtime.ErrUnavailable), 503, ""},
+		{fmt.Errorf("dial: %w", llm.ErrUnavailable), 503, ""},
 		{errors.New("secret internal detail"), 500, ""},
 	}
 	for _, tt := range tests {
@@ -292,7 +295,7 @@ func TestRuntimeError(t *testing.T) {
 
 func TestAppendCompletion(t *testing.T) {
 	t.Run("content", func(t *testing.T) {
-		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "fp", "Hello \"world\"\n", nil, "stop", 3, 4)
+		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "fp", "Hello \"world\"\n", nil, nil, "stop", 3, 4)
 		m := decodeObject(t, b)
 		wantKeys(t, "completion", m, "id", "object", "created", "model", "system_fingerprint", "choices", "usage")
 		wantEq(t, "object", m["object"], "chat.completion")
@@ -314,8 +317,8 @@ func TestAppendCompletion(t *testing.T) {
 		wantEq(t, "usage", []any{u["prompt_tokens"], u["completion_tokens"], u["total_tokens"]}, []any{3, 4, 7})
 	})
 	t.Run("tool calls only", func(t *testing.T) {
-		calls := []runtime.ToolCall{{ID: "call_a", Name: "f", Arguments: json.RawMessage(`{"x":[1,2]}`)}, {ID: "call_b", Name: "g"}}
-		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "", "", calls, "tool_calls", 3, 4)
+		calls := []llm.ToolCall{{ID: "call_a", Name: "f", Arguments: json.RawMessage(`{"x":[1,2]}`)}, {ID: "call_b", Name: "g"}}
+		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "", "", calls, nil, "tool_calls", 3, 4)
 		m := decodeObject(t, b)
 		if m["system_fingerprint"] != nil {
 			t.Errorf("system_fingerprint = %v, want null", m["system_fingerprint"])
@@ -339,7 +342,7 @@ func TestAppendCompletion(t *testing.T) {
 		wantEq(t, "args", tcs[1].(map[string]any)["function"].(map[string]any)["arguments"], `{}`)
 	})
 	t.Run("empty content without tool calls is a string", func(t *testing.T) {
-		m := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", "", nil, "length", 0, 0))
+		m := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", "", nil, nil, "length", 0, 0))
 		msg := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
 		if msg["content"] != "" {
 			t.Errorf("content = %#v, want \"\"", msg["content"])
@@ -367,7 +370,7 @@ func TestNewCompletionID(t *testing.T) {
 			t.Fatalf("bad id %q", id)
 		}
 		for _, r := range rest {
-			if !strings.ContainsRune(base62, r) {
+			if !strings.ContainsRune(ids.Alphabet, r) {
 				t.Fatalf("id %q has %q outside base62", id, r)
 			}
 			counts[r]++
@@ -391,5 +394,39 @@ func TestAppendContentDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("AppendContent allocates %v times per call", allocs)
+	}
+}
+
+// Logprobs come out in OpenAI's shape, in complete answers and in chunks;
+// a token the model rules out gets the -9999 floor, never an invalid -Inf.
+func TestLogprobsEncoding(t *testing.T) {
+	lp := []llm.TokenLogprob{
+		{Token: " hi", Logprob: -0.25, Bytes: []byte(" hi"), TopLogprobs: []llm.TopLogprob{{Token: " hi", Logprob: -0.25, Bytes: []byte(" hi")}, {Token: " yo", Logprob: math.Inf(-1), Bytes: []byte(" yo")}}},
+		{Token: "é", Logprob: -1e-7, Bytes: []byte("é")},
+	}
+	want := `{"content":[{"token":" hi","logprob":-0.25,"bytes":[32,104,105],"top_logprobs":[{"token":" hi","logprob":-0.25,"bytes":[32,104,105]},{"token":" yo","logprob":-9999,"bytes":[32,121,111]}]},` +
+		`{"token":"é","logprob":-1e-07,"bytes":[195,169],"top_logprobs":[]}],"refusal":null}`
+	full := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", " hié", nil, &lp, "stop", 1, 2))
+	same := func(what string, v any) {
+		t.Helper()
+		b, _ := json.Marshal(v)
+		var got, w any
+		_ = json.Unmarshal(b, &got)
+		_ = json.Unmarshal([]byte(want), &w)
+		if !reflect.DeepEqual(got, w) {
+			t.Fatalf("%s logprobs\n got %s\nwant %s", what, b, want)
+		}
+	}
+	same("completion", full["choices"].([]any)[0].(map[string]any)["logprobs"])
+	enc := NewChunkEncoder("c", 1, "m", "", false)
+	chunk := enc.AppendContentLogprobs(nil, " hié", lp)
+	body := strings.TrimSuffix(strings.TrimPrefix(string(chunk), "data: "), "\n\n")
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(body), &obj); err != nil {
+		t.Fatalf("chunk %s: %v", chunk, err)
+	}
+	same("chunk", obj["choices"].([]any)[0].(map[string]any)["logprobs"])
+	if none := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", "x", nil, nil, "stop", 1, 2)); none["choices"].([]any)[0].(map[string]any)["logprobs"] != nil {
+		t.Fatal("logprobs not asked for, but sent")
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/hearthd/hearth/runtime"
+	"github.com/hearthd/hearth/internal/textcheck"
+	"github.com/hearthd/hearth/llm"
 )
 
 // Error is an API error in OpenAI's shape. Status is the HTTP status; an
@@ -47,7 +48,7 @@ func invalid(param, code, msg string) *Error {
 func ModelNotFound(model string) *Error {
 	return &Error{
 		Status:  404,
-		Message: "The model `" + model + "` does not exist or you do not have access to it.",
+		Message: "The model `" + clip(model) + "` does not exist or you do not have access to it.",
 		Type:    TypeInvalidRequest,
 		Code:    "model_not_found",
 	}
@@ -127,18 +128,18 @@ func MethodNotAllowed(method, path string) *Error {
 	}
 }
 
-// RuntimeError maps an error from runtime.Runtime.Chat or Stream.Recv to the
+// RuntimeError maps an error from llm.Runtime.Chat or Stream.Recv to the
 // API error to send: *runtime.InvalidRequestError → 400, runtime.ErrTimeout
 // or a deadline → 504, runtime.ErrUnavailable → 503, anything else → 500
 // with a fixed message (the caller logs err itself).
 func RuntimeError(err error) *Error {
-	var inv *runtime.InvalidRequestError
+	var inv *llm.InvalidRequestError
 	switch {
 	case errors.As(err, &inv):
 		return InvalidRequest("", inv.Msg)
-	case errors.Is(err, runtime.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, llm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return Timeout()
-	case errors.Is(err, runtime.ErrUnavailable):
+	case errors.Is(err, llm.ErrUnavailable):
 		return Unavailable("")
 	default:
 		return InternalError()
@@ -158,3 +159,10 @@ func AppendErrorJSON(dst []byte, e *Error) []byte {
 	dst = appendStringOrNull(dst, e.Code)
 	return append(dst, "}}"...)
 }
+
+// maxEcho bounds how much of a value from the request an error repeats: an
+// error answer stays a few hundred bytes whatever was sent.
+const maxEcho = 64
+
+// clip shortens s to maxEcho bytes plus "…".
+func clip(s string) string { return textcheck.Clip(s, maxEcho) }

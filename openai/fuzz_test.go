@@ -135,3 +135,29 @@ func FuzzDecodeChatRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzMustString checks mustString against encoding/json on every valid
+// JSON string literal, with and without surrounding whitespace.
+func FuzzMustString(f *testing.F) {
+	for _, s := range escapeCases {
+		f.Add([]byte(s))
+		b, _ := json.Marshal(s)
+		f.Add(b[1 : len(b)-1])
+	}
+	f.Add([]byte(`\u00e9\ud800 \/ \"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		lit := append(append([]byte{'"'}, b...), '"')
+		if !json.Valid(lit) {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(lit, &want); err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range [][]byte{lit, append(append([]byte(" \n"), lit...), '\t')} {
+			if got := mustString(raw); got != want {
+				t.Fatalf("mustString(%q) = %q, encoding/json gives %q", raw, got, want)
+			}
+		}
+	})
+}

@@ -68,6 +68,12 @@ func appendString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	return append(dst, '"')
 }
 
+// AppendJSONString appends s to dst as a quoted JSON string, escaped as
+// described at appendString: what encoding/json would produce, control
+// bytes and invalid UTF-8 included. For JSON that hearth writes by hand
+// outside the OpenAI shapes (the /readyz body).
+func AppendJSONString(dst []byte, s string) []byte { return appendString(dst, s) }
+
 // appendStringOrNull appends s as a JSON string, or null when s is empty.
 func appendStringOrNull(dst []byte, s string) []byte {
 	if s == "" {

@@ -1,16 +1,16 @@
 package openai
 
 import (
-	"crypto/rand"
-
-	"github.com/hearthd/hearth/runtime"
+	"github.com/hearthd/hearth/internal/ids"
+	"github.com/hearthd/hearth/llm"
 )
 
 // AppendCompletion appends a complete (non-streamed) chat.completion object.
 // The message content is null when the model only called tools; an empty
-// fingerprint is sent as null.
+// fingerprint is sent as null; logprobs, if not nil (the request asked for
+// them), are the content's tokens.
 func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, content string,
-	toolCalls []runtime.ToolCall, finish string, prompt, completion int) []byte {
+	toolCalls []llm.ToolCall, logprobs *[]llm.TokenLogprob, finish string, prompt, completion int) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = appendString(dst, id)
 	dst = append(dst, `,"object":"chat.completion","created":`...)
@@ -36,7 +36,13 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, 
 		}
 		dst = append(dst, ']')
 	}
-	dst = append(dst, `,"refusal":null},"logprobs":null,"finish_reason":`...)
+	dst = append(dst, `,"refusal":null},"logprobs":`...)
+	if logprobs != nil {
+		dst = appendLogprobs(dst, *logprobs)
+	} else {
+		dst = append(dst, "null"...)
+	}
+	dst = append(dst, `,"finish_reason":`...)
 	dst = appendString(dst, finish)
 	dst = append(dst, `}],"usage":`...)
 	dst = appendUsage(dst, prompt, completion)
@@ -62,34 +68,10 @@ func AppendModel(dst []byte, id string, created int64, ownedBy string) []byte {
 	return append(dst, '}')
 }
 
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
 // NewCompletionID returns "chatcmpl-" followed by 29 random base62
 // characters, the shape of OpenAI's completion IDs.
-func NewCompletionID() string { return randomID("chatcmpl-", 29) }
+func NewCompletionID() string { return ids.New("chatcmpl-", 29) }
 
 // NewToolCallID returns "call_" followed by 24 random base62 characters,
 // for tool calls the runtime did not name.
-func NewToolCallID() string { return randomID("call_", 24) }
-
-// randomID appends n uniformly random base62 characters from crypto/rand to
-// prefix. Bytes ≥ 248 are rejected so that each character is uniform
-// (248 = 4·62).
-func randomID(prefix string, n int) string {
-	out := make([]byte, len(prefix), len(prefix)+n)
-	copy(out, prefix)
-	var buf [64]byte
-	for len(out) < cap(out) {
-		rand.Read(buf[:]) // never fails: crypto/rand aborts the program instead.
-		for _, b := range buf {
-			if b >= 248 {
-				continue
-			}
-			out = append(out, base62[b%62])
-			if len(out) == cap(out) {
-				break
-			}
-		}
-	}
-	return string(out)
-}
+func NewToolCallID() string { return ids.New("call_", 24) }

@@ -1,7 +1,7 @@
 package openai
 
 import (
-	"github.com/hearthd/hearth/runtime"
+	"github.com/hearthd/hearth/llm"
 )
 
 // ChunkEncoder encodes the server-sent events of one streamed completion.
@@ -74,7 +74,7 @@ func (c *ChunkEncoder) AppendContent(dst []byte, text string) []byte {
 // AppendToolCalls appends a chunk whose delta carries complete tool calls,
 // numbered from startIndex (the number of calls already sent in this
 // completion). A call without an ID gets a fresh one.
-func (c *ChunkEncoder) AppendToolCalls(dst []byte, calls []runtime.ToolCall, startIndex int) []byte {
+func (c *ChunkEncoder) AppendToolCalls(dst []byte, calls []llm.ToolCall, startIndex int) []byte {
 	dst = append(dst, c.choice...)
 	dst = append(dst, `{"tool_calls":[`...)
 	for i := range calls {
@@ -124,7 +124,7 @@ func (c *ChunkEncoder) AppendError(dst []byte, e *Error) []byte {
 
 // appendToolCallBody appends `"id":…,"type":"function","function":{…}}`,
 // the part of a tool call shared by chunks and complete messages.
-func appendToolCallBody(dst []byte, tc *runtime.ToolCall) []byte {
+func appendToolCallBody(dst []byte, tc *llm.ToolCall) []byte {
 	dst = append(dst, `"id":`...)
 	if tc.ID != "" {
 		dst = appendString(dst, tc.ID)

@@ -283,7 +283,6 @@ func controlMetrics() *metrics.Control {
 	c := metrics.NewControl("test")
 	c.Request("/v1/servers", http.MethodGet, http.StatusOK)
 	c.Request("/v1/servers", http.MethodPost, http.StatusInternalServerError)
-	c.DesiredStateDelivered()
 	c.RegisterNodesConnected(func() int { return 2 })
 	c.RegisterServers(func() map[string]int { return map[string]int{"running": 2, "provisioning": 1} })
 	return c

@@ -12,20 +12,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-)
 
-// requireRoot fails tests that need root unless HEARTH_SKIP_ROOT_TESTS=1
-// explicitly opts out, so a missing privilege never reads as a pass.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("HEARTH_SKIP_ROOT_TESTS") == "1" {
-		t.Skip("needs root; skipped because HEARTH_SKIP_ROOT_TESTS=1")
-	}
-	t.Fatal("this test needs root (set HEARTH_SKIP_ROOT_TESTS=1 to opt out)")
-}
+	"github.com/hearthd/hearth/internal/testutil"
+)
 
 type fixture struct {
 	dir  string // the .ssh directory
@@ -458,7 +447,7 @@ func TestSyncRefusesNonDirectory(t *testing.T) {
 }
 
 func TestSyncOwnedByUser(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "HEARTH_SKIP_ROOT_TESTS")
 	u, err := user.Lookup("nobody")
 	if err != nil {
 		t.Fatalf("need the nobody user: %v", err)

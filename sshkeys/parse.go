@@ -106,28 +106,8 @@ func parseErr(format string, args ...any) error {
 //   - The comment must be printable UTF-8 (no control or format characters)
 //     of at most MaxCommentLen bytes; inner spacing is kept as given.
 func Parse(line string) (PublicKey, error) {
-	if len(line) > MaxLineLen {
-		return PublicKey{}, parseErr("longer than %d bytes", MaxLineLen)
-	}
-	if looksPrivate(line) {
-		return PublicKey{}, parseErr("this looks like a private key; submit the public key (the .pub file) instead, and treat the private key as exposed")
-	}
-	if strings.Contains(line, "BEGIN SSH2 PUBLIC KEY") {
-		return PublicKey{}, parseErr("RFC 4716 (SSH2) format is not supported; convert it with `ssh-keygen -i -f key.pub`")
-	}
-	if !utf8.ValidString(line) {
-		return PublicKey{}, parseErr("not valid UTF-8")
-	}
-	for i := 0; i < len(line); i++ {
-		switch c := line[i]; {
-		case c == '\n' || c == '\r':
-			return PublicKey{}, parseErr("must be a single line without line breaks")
-		case c == 0:
-			return PublicKey{}, parseErr("contains a NUL byte")
-		case c == '\t':
-		case c < 0x20 || c == 0x7f:
-			return PublicKey{}, parseErr("contains control characters")
-		}
+	if err := checkLine(line); err != nil {
+		return PublicKey{}, err
 	}
 	s := strings.Trim(line, " \t")
 	if s == "" {
@@ -205,6 +185,36 @@ func Parse(line string) (PublicKey, error) {
 		Comment:     comment,
 		Bits:        bits,
 	}, nil
+}
+
+// checkLine refuses what cannot be one public key line, whatever its
+// fields: too long, a private key, the SSH2 format, bad UTF-8, line breaks
+// and control characters.
+func checkLine(line string) error {
+	if len(line) > MaxLineLen {
+		return parseErr("longer than %d bytes", MaxLineLen)
+	}
+	if looksPrivate(line) {
+		return parseErr("this looks like a private key; submit the public key (the .pub file) instead, and treat the private key as exposed")
+	}
+	if strings.Contains(line, "BEGIN SSH2 PUBLIC KEY") {
+		return parseErr("RFC 4716 (SSH2) format is not supported; convert it with `ssh-keygen -i -f key.pub`")
+	}
+	if !utf8.ValidString(line) {
+		return parseErr("not valid UTF-8")
+	}
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case c == '\n' || c == '\r':
+			return parseErr("must be a single line without line breaks")
+		case c == 0:
+			return parseErr("contains a NUL byte")
+		case c == '\t':
+		case c < 0x20 || c == 0x7f:
+			return parseErr("contains control characters")
+		}
+	}
+	return nil
 }
 
 // blobKey decodes the key in "base64 [comment]", for a clearer error when the

@@ -3,40 +3,21 @@ package sshkeys
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"strconv"
 	"testing"
 
 	"github.com/hearthd/hearth/internal/sshdtest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // TestSSHDLogin checks the writer against the real sshd: a synced key can
 // log in, an unsynced or removed one cannot, and a line a human added by hand
 // keeps working through every Sync.
 func TestSSHDLogin(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireRoot(t, "HEARTH_SKIP_ROOT_TESTS", "/usr/sbin/sshd", "ssh-keygen", "useradd", "userdel")
 	// StrictModes stays on, as in production, so the test also proves sshd
-	// accepts the modes and owners Sync produces. sshd checks the file and
-	// every directory from it up to the user's home (inclusive), as the
-	// user; so home lives in a root-owned 0755 directory, and the 0700
-	// temp directories above it are opened up to 0755 for the user to
-	// traverse. Nothing above home is g/o-writable-checked by sshd.
-	base := t.TempDir()
-	for _, d := range []string{base, filepath.Dir(base)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	home := filepath.Join(base, "home")
-	u := sshdtest.AddUser(t, home)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Mkdir(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	// accepts the modes and owners Sync produces.
+	home := sshdtest.NewHome(t)
+	u := home.User
 
 	// Keys: "human" is added by hand, "managed" through Sync, "never" is
 	// never authorised.
@@ -46,21 +27,9 @@ func TestSSHDLogin(t *testing.T) {
 	neverSigner, _ := sshdtest.NewSigner(t)
 
 	// The human's own .ssh and authorized_keys, as a user would make them.
-	sshDir := filepath.Join(home, ".ssh")
-	akPath := filepath.Join(sshDir, "authorized_keys")
-	if err := os.Mkdir(sshDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(akPath, []byte("# my own key\n"+humanLine+" me@home\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{sshDir, akPath} {
-		if err := os.Chown(p, uid, gid); err != nil {
-			t.Fatal(err)
-		}
-	}
+	akPath := home.WriteFile(t, ".ssh/authorized_keys", []byte("# my own key\n"+humanLine+" me@home\n"))
 
-	sshd := sshdtest.Start(t, base, u, akPath)
+	sshd := sshdtest.Start(t, home.Base, u, akPath)
 
 	f, err := New(Config{User: u.Username})
 	if err != nil {

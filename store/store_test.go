@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/hearthd/hearth/store/storetest"
 )
 
 type rec struct {
@@ -208,7 +210,7 @@ func TestReopenOnDisk(t *testing.T) {
 // synced) after each acknowledged write, starting from a state directory the
 // store itself created.
 func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
-	fs := vfs.NewStrictMem()
+	fs := storetest.NewCrashFS(t) // the store makes its directory itself
 	const dir = "var/lib/hearthd"
 	open := func() *Store {
 		t.Helper()
@@ -219,10 +221,7 @@ func TestCrashKeepsAcknowledgedWrites(t *testing.T) {
 		return s
 	}
 	crash := func(s *Store) *Store {
-		fs.SetIgnoreSyncs(true)
-		_ = s.Close()
-		fs.ResetToSyncedState()
-		fs.SetIgnoreSyncs(false)
+		fs.Crash(func() { _ = s.Close() })
 		return open()
 	}
 	want := map[string]rec{}

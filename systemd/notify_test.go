@@ -3,60 +3,22 @@ package systemd
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
-// notifySocket stands in for systemd's notification socket: a unixgram
-// socket in a temp dir, exported as $NOTIFY_SOCKET for the test.
-type notifySocket struct {
-	t    *testing.T
-	conn *net.UnixConn
-}
-
-func newNotifySocket(t *testing.T) *notifySocket {
+// newNotifySocket listens on a notification socket exported as
+// $NOTIFY_SOCKET for the test.
+func newNotifySocket(t *testing.T) *testutil.NotifySocket {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		t.Fatalf("listen %s: %v", path, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	t.Setenv("NOTIFY_SOCKET", path)
-	return &notifySocket{t: t, conn: conn}
-}
-
-// next returns the next datagram, failing the test if none arrives within
-// the deadline.
-func (s *notifySocket) next(within time.Duration) string {
-	s.t.Helper()
-	msg, ok := s.tryNext(within)
-	if !ok {
-		s.t.Fatalf("no notification within %s", within)
-	}
-	return msg
-}
-
-// tryNext returns the next datagram, or false when none arrives in time.
-func (s *notifySocket) tryNext(within time.Duration) (string, bool) {
-	s.t.Helper()
-	buf := make([]byte, 4096)
-	if err := s.conn.SetReadDeadline(time.Now().Add(within)); err != nil {
-		s.t.Fatal(err)
-	}
-	n, err := s.conn.Read(buf)
-	if err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return "", false
-		}
-		s.t.Fatalf("read notification: %v", err)
-	}
-	return string(buf[:n]), true
+	n := testutil.NewNotifySocket(t)
+	t.Setenv("NOTIFY_SOCKET", n.Path)
+	return n
 }
 
 func TestSdNotifierSendsLifecycleInOrder(t *testing.T) {
@@ -78,7 +40,7 @@ func TestSdNotifierSendsLifecycleInOrder(t *testing.T) {
 		}
 	}
 	for _, s := range steps {
-		if got := sock.next(5 * time.Second); got != s.want {
+		if got := sock.Next(t, 5*time.Second); got != s.want {
 			t.Fatalf("got %q, want %q", got, s.want)
 		}
 	}
@@ -89,7 +51,7 @@ func TestSdNotifierStatusCannotInjectAssignments(t *testing.T) {
 	if err := (SdNotifier{}).Status("pulling model\nREADY=1\r\nMAINPID=1"); err != nil {
 		t.Fatal(err)
 	}
-	got := sock.next(5 * time.Second)
+	got := sock.Next(t, 5*time.Second)
 	if strings.ContainsAny(got, "\r\n") {
 		t.Fatalf("status carried a line break: %q", got)
 	}
@@ -103,7 +65,7 @@ func TestSdNotifierReloadingCarriesMonotonicTimestamp(t *testing.T) {
 	if err := (SdNotifier{}).Reloading(); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(sock.next(5*time.Second), "\n")
+	lines := strings.Split(sock.Next(t, 5*time.Second), "\n")
 	if len(lines) != 2 || lines[0] != "RELOADING=1" || !strings.HasPrefix(lines[1], "MONOTONIC_USEC=") {
 		t.Fatalf("got %q, want RELOADING=1 and MONOTONIC_USEC=", lines)
 	}

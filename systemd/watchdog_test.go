@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -57,7 +59,7 @@ func TestWatchdogPingsWhileProbeSucceeds(t *testing.T) {
 		return nil
 	})
 	for i := 0; i < 3; i++ {
-		if got := sock.next(5 * time.Second); got != "WATCHDOG=1" {
+		if got := sock.Next(t, 5*time.Second); got != "WATCHDOG=1" {
 			t.Fatalf("notification %d: got %q, want WATCHDOG=1", i, got)
 		}
 	}
@@ -72,74 +74,93 @@ func TestWatchdogPingsWhileProbeSucceeds(t *testing.T) {
 // A hung daemon must miss its pings: the probe never succeeds, so systemd's
 // timer runs out and it restarts the service.
 func TestWatchdogHungProbeWithholdsPings(t *testing.T) {
-	sock := newNotifySocket(t)
 	setWatchdogEnv(t, 200*time.Millisecond)
-	var probes atomic.Int64
-	startWatchdog(t, SdNotifier{}, func(ctx context.Context) error {
-		probes.Add(1)
-		<-ctx.Done() // a request that never gets an answer
-		return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		f := &Fake{}
+		var probes atomic.Int64
+		startWatchdog(t, f, func(ctx context.Context) error {
+			probes.Add(1)
+			<-ctx.Done() // a request that never gets an answer
+			return ctx.Err()
+		})
+		// Five watchdog timeouts: a live loop would have pinged ten times.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if msgs := f.Messages(); len(msgs) != 0 {
+			t.Fatalf("got %q while the probe was hanging, want no notification", msgs)
+		}
+		// A probe every 100 ms, each given up after 50 ms.
+		if n := probes.Load(); n < 10 {
+			t.Fatalf("only %d probes in 1s; the loop must keep probing", n)
+		}
 	})
-	// Five watchdog timeouts: a live loop would have pinged about ten times.
-	if msg, ok := sock.tryNext(time.Second); ok {
-		t.Fatalf("got %q while the probe was hanging, want no notification", msg)
-	}
-	if probes.Load() < 2 {
-		t.Fatalf("only %d probes ran; the loop must keep probing", probes.Load())
-	}
 }
 
 // A probe that ignores its context blocks the loop: no pings until it
 // returns, then pings resume.
 func TestWatchdogProbeIgnoringContextBlocksPings(t *testing.T) {
-	f := &Fake{}
-	release := make(chan struct{})
-	var calls atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- WatchdogEvery(ctx, f, 100*time.Millisecond, func(context.Context) error {
-			if calls.Add(1) == 1 {
-				<-release
+	synctest.Test(t, func(t *testing.T) {
+		f := &Fake{}
+		stuck := make(chan struct{})
+		release := sync.OnceFunc(func() { close(stuck) })
+		var calls atomic.Int64
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- WatchdogEvery(ctx, f, 100*time.Millisecond, func(context.Context) error {
+				if calls.Add(1) == 1 {
+					<-stuck
+				}
+				return nil
+			}, quietLog())
+		}()
+		defer func() {
+			release()
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
 			}
-			return nil
-		}, quietLog())
-	}()
-	time.Sleep(500 * time.Millisecond)
-	if n := f.Count("WATCHDOG=1"); n != 0 {
-		t.Fatalf("%d pings while the probe was stuck, want 0", n)
-	}
-	close(release)
-	wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer wcancel()
-	if err := f.WaitFor(wctx, "WATCHDOG=1"); err != nil {
-		t.Fatalf("no ping after the probe returned: %v", err)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		}()
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		if n := f.Count("WATCHDOG=1"); n != 0 || calls.Load() != 1 {
+			t.Fatalf("%d pings and %d probes while the first probe was stuck, want 0 and 1", n, calls.Load())
+		}
+		release()
+		synctest.Wait()
+		if n := f.Count("WATCHDOG=1"); n == 0 {
+			t.Fatal("no ping right after the probe returned")
+		}
+		before := f.Count("WATCHDOG=1")
+		time.Sleep(time.Second)
+		// One every 50 ms (the one due at the second's end may or may not
+		// be in yet).
+		if n := f.Count("WATCHDOG=1") - before; n < 19 || n > 20 {
+			t.Fatalf("%d pings in the second after, want one every 50 ms", n)
+		}
+	})
 }
 
 func TestWatchdogResumesAfterProbeRecovers(t *testing.T) {
-	f := &Fake{}
 	setWatchdogEnv(t, 100*time.Millisecond)
-	var calls atomic.Int64
-	startWatchdog(t, f, func(context.Context) error {
-		if calls.Add(1) <= 3 {
-			return errors.New("503 from /healthz")
+	synctest.Test(t, func(t *testing.T) {
+		f := &Fake{}
+		var calls atomic.Int64
+		start := time.Now()
+		startWatchdog(t, f, func(context.Context) error {
+			if calls.Add(1) <= 3 {
+				return errors.New("503 from /healthz")
+			}
+			return nil
+		})
+		if err := f.WaitFor(context.Background(), "WATCHDOG=1"); err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		// Probes every 50 ms: the fourth, the first to succeed, at 150 ms.
+		if c, d := calls.Load(), time.Since(start); c != 4 || d != 150*time.Millisecond {
+			t.Fatalf("first ping after %d probes at %v, want after 4 at 150ms", c, d)
+		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := f.WaitFor(ctx, "WATCHDOG=1"); err != nil {
-		t.Fatal(err)
-	}
-	if c := calls.Load(); c < 4 {
-		t.Fatalf("pinged after %d probes; the first three failed", c)
-	}
 }
 
 func TestWatchdogDisabled(t *testing.T) {

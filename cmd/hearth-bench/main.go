@@ -1,10 +1,12 @@
 // Command hearth-bench measures what hearthd costs next to the model
 // runtime: it runs a mock Ollama, drives load at it directly and through
-// hearthd, and writes the comparison to bench/results.
+// hearthd, and writes the comparison to bench/results. Its fleet subcommand
+// measures the control plane under a simulated fleet of nodes.
 //
 //	hearth-bench [run] [flags]  the whole suite (make bench; run is the default)
 //	hearth-bench mock [flags]   only the mock runtime
 //	hearth-bench load [flags]   only the load generator, at any OpenAI base URL
+//	hearth-bench fleet [flags]  the control plane under a simulated fleet (make bench-fleet)
 package main
 
 import (
@@ -30,6 +32,7 @@ const usage = `usage:
   hearth-bench [run] [flags]  run the benchmark suite (default; see hearth-bench run -h)
   hearth-bench mock [flags]   serve the mock runtime
   hearth-bench load [flags]   drive load at an OpenAI-compatible base URL
+  hearth-bench fleet [flags]  drive a simulated fleet at the control plane (see hearth-bench fleet -h)
 `
 
 func main() {
@@ -48,6 +51,8 @@ func main() {
 		err = runMock(ctx, log, args[1:])
 	case "load":
 		err = runLoad(ctx, args[1:])
+	case "fleet":
+		err = runFleet(ctx, log, args[1:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -219,66 +224,24 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = h.Stop() }()
-	best := 0.0
-	for _, sc := range scenarios(*scale, *only, noFile) {
-		log.Info("scenario", "name", sc.Name)
-		r, err := s.RunScenario(ctx, h, sc)
-		if err != nil && h.Exited() {
-			// A crash is a result, not the end of the run: note it and
-			// go on with a fresh hearthd.
-			note := fmt.Sprintf("hearthd exited during %s: %v (see --hearthd-log)", sc.Name, err)
-			log.Error("hearthd exited", "scenario", sc.Name, "err", err)
-			rep.Notes = append(rep.Notes, note)
-			if h, err = s.StartHearthd(ctx); err != nil {
-				return fmt.Errorf("restart hearthd: %w", err)
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		rep.Scenarios = append(rep.Scenarios, r)
-		if r.Through.TokensPS > best {
-			best, rep.MaxThroughput = r.Through.TokensPS, sc.Name
-		}
-		if _, err := rep.Write(*out); err != nil {
-			return err
-		}
-		// Let connections from the last scenario close before the next.
-		time.Sleep(time.Second)
+	h, err = runScenarios(ctx, log, s, h, scenarios(*scale, *only, noFile), rep, *out)
+	if stopErr := h.Stop(); err == nil {
+		err = stopErr
 	}
-	if err := h.Stop(); err != nil {
+	if err != nil {
 		return err
 	}
 	if *coldRuns > 0 {
-		log.Info("cold start")
-		if err := s.SetMock(ctx, bench.MockConfig{Tokens: 16, TTFT: 20 * time.Millisecond}); err != nil {
-			return err
-		}
-		cs, err := bench.ColdStart(ctx, *coldRuns, 20, s.StartHearthd,
-			bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16})
-		if err != nil {
-			return err
-		}
-		rep.ColdStart = &cs
-		if _, err := rep.Write(*out); err != nil {
+		if err := runColdStart(ctx, log, s, *coldRuns, rep, *out); err != nil {
 			return err
 		}
 	}
 	if *real {
-		log.Info("real runtime")
-		rr, err := bench.RunReal(ctx, bench.RealOptions{
+		runRealRuntime(ctx, log, rep, bench.RealOptions{
 			HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work, Rounds: 4,
 			Duration: time.Duration(*scale * float64(8*time.Second)), Concurrency: 1, MaxTokens: 128,
 			ColdRuns: *coldRuns, Log: logw,
 		})
-		if err != nil {
-			rep.Notes = append(rep.Notes, "real runtime run failed: "+err.Error())
-			log.Error("real runtime", "err", err)
-		} else {
-			rep.Real = rr
-		}
 	}
 	path, err := rep.Write(*out)
 	if err != nil {
@@ -287,6 +250,72 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	fmt.Print(rep.Markdown())
 	log.Info("wrote results", "path", path)
 	return nil
+}
+
+// runScenarios runs each scenario against h and records it in rep. A crash
+// of hearthd is a result, not the end of the run: it is noted and the rest
+// run against a fresh hearthd. It returns the hearthd started last, for the
+// caller to stop.
+func runScenarios(ctx context.Context, log *slog.Logger, s *bench.Suite, h *bench.Hearthd, scs []bench.Scenario, rep *bench.Report, out string) (*bench.Hearthd, error) {
+	best := 0.0
+	for _, sc := range scs {
+		log.Info("scenario", "name", sc.Name)
+		r, err := s.RunScenario(ctx, h, sc)
+		if err != nil && h.Exited() {
+			note := fmt.Sprintf("hearthd exited during %s: %v (see --hearthd-log)", sc.Name, err)
+			log.Error("hearthd exited", "scenario", sc.Name, "err", err)
+			rep.Notes = append(rep.Notes, note)
+			fresh, err := s.StartHearthd(ctx)
+			if err != nil {
+				return h, fmt.Errorf("restart hearthd: %w", err)
+			}
+			h = fresh
+			continue
+		}
+		if err != nil {
+			return h, err
+		}
+		rep.Scenarios = append(rep.Scenarios, r)
+		if r.Through.TokensPS > best {
+			best, rep.MaxThroughput = r.Through.TokensPS, sc.Name
+		}
+		if _, err := rep.Write(out); err != nil {
+			return h, err
+		}
+		// Let connections from the last scenario close before the next.
+		time.Sleep(time.Second)
+	}
+	return h, nil
+}
+
+// runColdStart measures the first request after a start of hearthd, runs
+// times, into rep.
+func runColdStart(ctx context.Context, log *slog.Logger, s *bench.Suite, runs int, rep *bench.Report, out string) error {
+	log.Info("cold start")
+	if err := s.SetMock(ctx, bench.MockConfig{Tokens: 16, TTFT: 20 * time.Millisecond}); err != nil {
+		return err
+	}
+	cs, err := bench.ColdStart(ctx, runs, 20, s.StartHearthd,
+		bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16})
+	if err != nil {
+		return err
+	}
+	rep.ColdStart = &cs
+	_, err = rep.Write(out)
+	return err
+}
+
+// runRealRuntime compares hearthd with a real Ollama into rep; a failure is
+// noted in the report rather than ending the run.
+func runRealRuntime(ctx context.Context, log *slog.Logger, rep *bench.Report, o bench.RealOptions) {
+	log.Info("real runtime")
+	rr, err := bench.RunReal(ctx, o)
+	if err != nil {
+		rep.Notes = append(rep.Notes, "real runtime run failed: "+err.Error())
+		log.Error("real runtime", "err", err)
+		return
+	}
+	rep.Real = rr
 }
 
 // maxStreams is n, or fewer if hearthd's open-file limit (two descriptors

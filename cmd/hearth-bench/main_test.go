@@ -27,3 +27,18 @@ func TestMaxStreamsFitsOpenFileLimit(t *testing.T) {
 		t.Fatalf("selected %d scenarios, want 2", len(got))
 	}
 }
+
+func TestParseVariants(t *testing.T) {
+	got, err := parseVariants("pebble, postgres,postgres-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Variant() != "pebble" || got[1].Variant() != "postgres" || got[2].Variant() != "postgres ×3" {
+		t.Fatalf("variants %+v", got)
+	}
+	for _, bad := range []string{"", "mysql", "postgres-0", "postgres-x", "pebble-2"} {
+		if _, err := parseVariants(bad); err == nil {
+			t.Errorf("parseVariants(%q) accepted", bad)
+		}
+	}
+}

@@ -1,31 +1,37 @@
 // Command hearth-control is hearth's control plane: `hearth-control serve`
-// runs the management API and the node protocol; `tokens create` and
-// `enrollment-tokens create` issue credentials (printed once, stored
-// hashed), through the running server's admin socket or, when it is down,
+// runs the management API and the node protocol (over HTTPS with
+// --tls-cert); the operator commands manage projects, management API
+// tokens (printed once, stored hashed) and enrollment tokens, and list
+// nodes, through the running server's admin socket or, when it is down,
 // directly in the state directory.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/pelletier/go-toml/v2"
-
 	"github.com/hearthd/hearth/control"
+	"github.com/hearthd/hearth/internal/adminsock"
+	"github.com/hearthd/hearth/internal/certreload"
+	"github.com/hearthd/hearth/internal/config"
+	"github.com/hearthd/hearth/internal/connlimit"
+	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/metrics"
+	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/store"
 	"github.com/hearthd/hearth/systemd"
 )
@@ -36,14 +42,18 @@ const usage = `hearth-control — the hearth control plane
 
 Usage:
   hearth-control serve [flags]                                  serve the management API and node protocol
-  hearth-control tokens create [--name N]                       issue a management API token (printed once)
+  hearth-control projects create --name N                       make a project; prints its ID
+  hearth-control projects list [--json]                         list projects
+  hearth-control tokens create --project P [--read-only] [--name N]
+                                                                issue a management API token for project P (ID or name; printed once)
+  hearth-control tokens list [--project P] [--json]             list tokens: ID, name, project, scope, created, last used (never secrets)
+  hearth-control tokens revoke ID                               revoke a token; its next request is refused
   hearth-control enrollment-tokens create [--uses N] [--ttl D]  issue a node enrollment token (printed once)
   hearth-control nodes list                                     list enrolled nodes (JSON)
   hearth-control version                                        print the version
-Every command takes --state-dir (default /var/lib/hearth-control).
+Every command takes --config (default /etc/hearth/control.toml if present), --state-dir and --admin-socket.
+A fresh state has one project, "default", which also holds everything made before projects existed.
 `
-
-const defaultStateDir = "/var/lib/hearth-control"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -64,16 +74,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr)
-	case "tokens", "enrollment-tokens", "nodes":
-		want := "create"
-		if args[0] == "nodes" {
-			want = "list"
-		}
-		if len(args) < 2 || args[1] != want {
-			fmt.Fprint(stderr, usage)
-			return fmt.Errorf("usage: hearth-control %s %s", args[0], want)
-		}
-		return admin(ctx, args[0], args[2:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil
@@ -81,97 +81,94 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
+	if cmd, ok := operatorCommands[args[0]]; ok {
+		if len(args) < 2 || cmd[args[1]] == nil {
+			fmt.Fprint(stderr, usage)
+			return fmt.Errorf("usage: hearth-control %s %s", args[0], strings.Join(slices.Sorted(maps.Keys(cmd)), "|"))
+		}
+		return operate(ctx, args[0]+" "+args[1], cmd[args[1]], args[2:], stdout, stderr)
+	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg := defaults()
+	ld := loader(&cfg)
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8400", "management API and node protocol address (host:port)")
-	stateDir := fs.String("state-dir", defaultStateDir, "state directory (Pebble database, admin socket)")
-	adminSocket := fs.String("admin-socket", "", "admin unix socket (default STATE_DIR/admin.sock)")
-	urlTemplate := fs.String("public-deployment-url-template", "https://{name}.hearth.local/api/v1",
-		"public URL of a deployment; {id} and {name} are replaced")
-	provisionTimeout := fs.Duration("provision-timeout", 10*time.Minute, "time a server may stay provisioning before it is failed")
-	rateLimit := fs.Float64("rate-limit", 20, "requests per second per API token (token bucket refill)")
-	rateBurst := fs.Int("rate-burst", 40, "token bucket size per API token")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	metricsListen := fs.String("metrics-listen", metrics.DefaultControlAddr, "Prometheus metrics address (\"\" disables)")
-	configPath := fs.String("config", "", "TOML config file; its keys are the flag names with _ for - (flags win)")
-	if err := fs.Parse(args); err != nil {
+	ld.AddFlags(fs)
+	res, err := ld.Load(fs, args, os.Environ())
+	if err != nil {
 		return err
 	}
-	if *configPath != "" {
-		if err := applyConfigFile(fs, *configPath); err != nil {
-			return err
-		}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
+	level, _ := config.LogLevel(cfg.LogLevel) // checked by Validate
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return fmt.Errorf("create state dir: %w", err)
+	res.WarnUnknownEnv(logger)
+	if tightened, err := statedir.Ensure(cfg.StateDir); err != nil {
+		return err
+	} else if tightened {
+		logger.Warn("state dir was open to other users: tightened to 0700", "dir", cfg.StateDir)
 	}
-	st, err := store.Open(filepath.Join(*stateDir, "db"), store.Options{})
+	st, err := store.Open(filepath.Join(cfg.StateDir, "db"), store.Options{})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	srv, err := control.New(control.Config{
-		Store: st, DeploymentURLTemplate: *urlTemplate, ProvisionTimeout: *provisionTimeout,
-		RateLimit: *rateLimit, RateBurst: *rateBurst, Logger: logger,
+		Store: st, DeploymentURLTemplate: cfg.DeploymentURLTemplate, ProvisionTimeout: cfg.ProvisionTimeout,
+		NodeTimeout: cfg.NodeTimeout, DeleteTimeout: cfg.DeleteTimeout,
+		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst, NodeRateLimit: cfg.NodeRateLimit, NodeRateBurst: cfg.NodeRateBurst,
+		Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	l, err := listenAPI(cfg, logger)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return err
 	}
-	sock := *adminSocket
-	if sock == "" {
-		sock = filepath.Join(*stateDir, "admin.sock")
-	}
-	aln, err := control.ListenAdmin(sock)
+	// Bounded connections: a flood of clients (or trickling bodies) cannot
+	// take every descriptor of the process.
+	l.ln = connlimit.New(l.ln, cfg.MaxConns, cfg.MaxConnsPerSource)
+	ln := l.ln
+	sock := cfg.adminSocketPath()
+	aln, err := adminsock.Listen(sock)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	defer os.Remove(sock)
 
-	mc := metrics.NewControl(version)
-	mc.RegisterNodesConnected(srv.NodesConnected)
-	mc.RegisterServers(srv.ServersByStatus)
-	if *metricsListen != "" {
-		mln, err := net.Listen("tcp", *metricsListen)
-		if err != nil {
-			ln.Close()
-			aln.Close()
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
-		go func() {
-			if err := metrics.ServeListener(ctx, mln, mc.Handler(), logger); err != nil {
-				logger.Error("metrics listener stopped", "err", err)
-			}
-		}()
+	mc, err := serveMetrics(ctx, cfg.MetricsListen, srv, logger)
+	if err != nil {
+		ln.Close()
+		aln.Close()
+		return err
 	}
-	api := &http.Server{Handler: mc.Middleware(srv.Handler()), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	// The long-poll extends its own write deadline (control.Server).
+	api := &http.Server{Handler: mc.Middleware(srv.Handler()), ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	adm := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
-	go func() { errc <- api.Serve(ln) }()
+	go func() { errc <- l.serve(ctx, api) }()
 	go func() { errc <- adm.Serve(aln) }()
 	go func() { errc <- srv.Run(ctx) }()
-	logger.Info("control plane serving", "listen", ln.Addr().String(), "admin_socket", sock, "version", version)
+	logger.Info("control plane serving", "listen", ln.Addr().String(), "url", l.scheme()+"://"+ln.Addr().String(),
+		"socket_activated", l.activated, "admin_socket", sock, "version", version)
 	notifier := systemd.SdNotifier{}
 	_ = notifier.Ready()
 	_ = notifier.Status("serving the management API on " + ln.Addr().String())
 	go func() {
-		probe := systemd.HTTPProbe("http://" + systemd.LoopbackAddr(ln.Addr()) + "/v1/openapi.json")
+		probe := systemd.HTTPProbe(l.scheme() + "://" + systemd.LoopbackAddr(ln.Addr()) + "/v1/openapi.json")
 		if err := systemd.Watchdog(ctx, notifier, probe, logger); err != nil {
 			logger.Error("watchdog stopped", "err", err)
 		}
@@ -198,109 +195,82 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
-// admin runs a credential or inspection command: through the running
-// server's admin socket if there is one, otherwise on the store directly
-// (Pebble allows one process, so one of the two is always the only writer).
-func admin(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	stateDir := fs.String("state-dir", defaultStateDir, "state directory of the control plane")
-	adminSocket := fs.String("admin-socket", "", "admin unix socket (default STATE_DIR/admin.sock)")
-	name := fs.String("name", "default", "token name (tokens create)")
-	uses := fs.Int("uses", 1, "how many nodes may enroll with the token (enrollment-tokens create)")
-	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime of the token (enrollment-tokens create)")
-	if err := fs.Parse(args); err != nil {
-		return err
+// serveMetrics registers the control plane's metrics and serves them on
+// their own listener until ctx ends ("" addr: not served).
+func serveMetrics(ctx context.Context, addr string, srv *control.Server, logger *slog.Logger) (*metrics.Control, error) {
+	mc := metrics.NewControl(version)
+	mc.RegisterNodesConnected(srv.NodesConnected)
+	mc.RegisterServers(srv.ServersByStatus)
+	if addr == "" {
+		return mc, nil
 	}
-	sock := *adminSocket
-	if sock == "" {
-		sock = filepath.Join(*stateDir, "admin.sock")
-	}
-	var (
-		out    any
-		method = http.MethodPost
-		path   string
-		body   any
-	)
-	switch cmd {
-	case "tokens":
-		path, body, out = "/admin/tokens", control.AdminTokenRequest{Name: *name}, &control.NewAPIToken{}
-	case "enrollment-tokens":
-		path, body, out = "/admin/enrollment-tokens", control.AdminEnrollmentRequest{Uses: *uses, TTLSeconds: ttl.Seconds()}, &control.NewEnrollmentToken{}
-	case "nodes":
-		method, path, out = http.MethodGet, "/admin/nodes", &[]control.NodeInfo{}
-	}
-	err := control.AdminCall(ctx, sock, method, path, body, out)
-	if errors.Is(err, control.ErrAdminUnavailable) {
-		err = offline(cmd, *stateDir, *name, *uses, *ttl, out)
-	}
+	mln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("--metrics-listen: %w", err)
 	}
-	switch v := out.(type) {
-	case *control.NewAPIToken:
-		fmt.Fprintf(stderr, "API token %s (%s) created; it is shown only once:\n", v.ID, v.Name)
-		fmt.Fprintln(stdout, v.Token)
-	case *control.NewEnrollmentToken:
-		fmt.Fprintf(stderr, "enrollment token %s created for %d node(s), valid until %s; it is shown only once:\n",
-			v.ID, v.Uses, v.ExpiresAt.Format(time.RFC3339))
-		fmt.Fprintln(stdout, v.Token)
-	default:
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	}
-	return nil
+	go func() {
+		if err := metrics.ServeListener(ctx, mln, mc.Handler(), logger); err != nil {
+			logger.Error("metrics listener stopped", "err", err)
+		}
+	}()
+	return mc, nil
 }
 
-func offline(cmd, stateDir, name string, uses int, ttl time.Duration, out any) error {
-	st, err := store.Open(filepath.Join(stateDir, "db"), store.Options{})
-	if err != nil {
-		return fmt.Errorf("control plane not running and its state is unavailable: %w", err)
-	}
-	defer st.Close()
-	now := time.Now()
-	switch cmd {
-	case "tokens":
-		t, err := control.CreateAPIToken(st, name, now)
-		*out.(*control.NewAPIToken) = t
-		return err
-	case "enrollment-tokens":
-		t, err := control.CreateEnrollmentToken(st, uses, ttl, now)
-		*out.(*control.NewEnrollmentToken) = t
-		return err
-	default:
-		nodes, err := control.ListNodes(st)
-		*out.(*[]control.NodeInfo) = nodes
-		return err
-	}
+// apiListener is where the management API and node protocol are served,
+// with the certificate when they are served over HTTPS.
+type apiListener struct {
+	ln        net.Listener
+	activated bool
+	certs     *certreload.Reloader // nil: plain HTTP
 }
 
-// applyConfigFile sets every flag not given on the command line from the
-// TOML file at path, whose keys are the flag names with "_" for "-". An
-// unknown key is an error naming it.
-func applyConfigFile(fs *flag.FlagSet, path string) error {
-	data, err := os.ReadFile(path)
+// listenAPI returns the management API's listener: the socket systemd
+// passed (hearth-control.socket, FileDescriptorName=api) when
+// socket-activated, else a listener of its own on cfg.Listen. The
+// certificate is loaded first, so a bad one fails the start. Plain HTTP is
+// refused on an address that is not loopback, whether configured or passed
+// by systemd, unless allowed.
+func listenAPI(cfg settings, logger *slog.Logger) (apiListener, error) {
+	var l apiListener
+	if cfg.TLSCert != "" {
+		certs, err := certreload.New(cfg.TLSCert, cfg.TLSKey, logger)
+		if err != nil {
+			return l, fmt.Errorf("config tls-cert: %w", err)
+		}
+		l.certs = certs
+		logger.Info("nodes may pin this certificate", "control_cert_sha256", nodeapi.CertSHA256(certs.Certificate().Raw))
+	}
+	socks, err := systemd.PassedSockets()
 	if err != nil {
-		return fmt.Errorf("config file: %w", err)
+		return l, fmt.Errorf("socket activation: %w", err)
 	}
-	var kv map[string]any
-	if err := toml.Unmarshal(data, &kv); err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
+	defer socks.Close()
+	l.ln, l.activated, err = socks.Listen("api", cfg.Listen)
+	if err != nil {
+		return l, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for key, v := range kv {
-		name := strings.ReplaceAll(key, "_", "-")
-		if fs.Lookup(name) == nil || name == "config" {
-			return fmt.Errorf("config file %s: unknown key %q", path, key)
-		}
-		if given[name] {
-			continue
-		}
-		if err := fs.Set(name, fmt.Sprint(v)); err != nil {
-			return fmt.Errorf("config %s: %w", key, err)
-		}
+	host, _, _ := net.SplitHostPort(l.ln.Addr().String())
+	if l.certs == nil && !cfg.AllowPlainHTTP && !config.LoopbackHost(host) {
+		l.ln.Close()
+		return l, fmt.Errorf("config listen: the API socket %s is not on a loopback address, and plain HTTP there would carry API tokens and node credentials in the clear: set tls-cert and tls-key, or allow-plain-http", l.ln.Addr())
 	}
-	return nil
+	return l, nil
+}
+
+func (l apiListener) scheme() string {
+	if l.certs != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// serve serves api on the listener until it is shut down; over TLS it
+// picks up a renewed certificate until ctx ends.
+func (l apiListener) serve(ctx context.Context, api *http.Server) error {
+	if l.certs == nil {
+		return api.Serve(l.ln)
+	}
+	go l.certs.Run(ctx, 0)
+	api.TLSConfig = l.certs.TLSConfig("h2", "http/1.1")
+	return api.ServeTLS(l.ln, "", "")
 }

@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hearthd/hearth/runtime/tinymodel"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 func main() {

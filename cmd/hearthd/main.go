@@ -9,17 +9,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/daemon"
+	"github.com/hearthd/hearth/internal/config"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -68,135 +68,66 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	// Flags bind to a scratch Config; only those given on the command line
-	// are applied, last: defaults < config file < HEARTH_* env < flags.
-	flags := daemon.Defaults()
-	cfg := &flags
+	cfg := daemon.Defaults()
+	ld := daemon.ConfigLoader(&cfg)
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	configPath := fs.String("config", "", "config file (default $HEARTH_CONFIG or "+daemon.DefaultConfigPath+" if present)")
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "deployment API address (host:port)")
-	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "state directory (Pebble, admin socket)")
-	fs.StringVar(&cfg.AdminSocket, "admin-socket", "", "admin unix socket (default STATE_DIR/admin.sock)")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "the deployment's model (runtime name and API id)")
-	fs.StringVar(&cfg.ModelGGUF, "model-gguf", "", "create the model from this local GGUF file if the runtime lacks it")
-	fs.StringVar(&cfg.ModelTemplate, "model-template", "", "Ollama chat template file for --model-gguf")
-	fs.Func("model-param", "Ollama parameter `key=value` for --model-gguf (repeatable)", func(s string) error {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("want key=value, got %q", s)
-		}
-		if cfg.ModelParams == nil {
-			cfg.ModelParams = map[string]any{}
-		}
-		cfg.ModelParams[k] = paramValue(v)
-		return nil
-	})
-	fs.StringVar(&cfg.OllamaURL, "ollama-url", cfg.OllamaURL, "model runtime (Ollama) base URL")
-	fs.BoolVar(&cfg.OllamaStart, "ollama-start", false, "start and supervise `ollama serve` on --ollama-url's address")
-	fs.StringVar(&cfg.OllamaBin, "ollama-bin", cfg.OllamaBin, "ollama binary for --ollama-start")
-	fs.StringVar(&cfg.OllamaModelsDir, "ollama-models-dir", "", "models directory for --ollama-start (default STATE_DIR/models)")
-	fs.DurationVar(&cfg.RuntimeTimeout, "runtime-timeout", cfg.RuntimeTimeout, "wait for the runtime's first answer before 504")
-	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", cfg.MaxConcurrent, "generations at once")
-	fs.IntVar(&cfg.MaxQueue, "max-queue", cfg.MaxQueue, "requests that may wait for a generation slot (beyond: 429)")
-	fs.IntVar(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body (beyond: 413)")
-	fs.DurationVar(&cfg.ReadTimeout, "read-timeout", cfg.ReadTimeout, "time to read one request")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "keep-alive idle time")
-	fs.DurationVar(&cfg.WriteStallTimeout, "write-stall-timeout", cfg.WriteStallTimeout, "longest a client may stall one write")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "drain time on SIGTERM")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", cfg.MetricsListen, "Prometheus metrics address (\"\" disables)")
-	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; re-read when renewed)")
-	fs.StringVar(&cfg.TLSKey, "tls-key", "", "private key for --tls-cert")
-	fs.BoolVar(&cfg.AllowPlainHTTP, "allow-plain-http", false, "allow plain HTTP on a non-loopback --listen")
-	fs.StringVar(&cfg.ControlURL, "control-url", "", "control plane base URL (empty: standalone)")
-	fs.StringVar(&cfg.EnrollmentToken, "enrollment-token", "", "token to enroll with the control plane (first start)")
-	fs.StringVar(&cfg.NodeChip, "node-chip", "", "this node's chip, reported at enrollment")
-	fs.IntVar(&cfg.NodeRAM, "node-ram", 0, "this node's RAM in GB, reported at enrollment")
-	fs.IntVar(&cfg.NodeStorage, "node-storage", 0, "this node's storage in GB, reported at enrollment")
-	fs.BoolVar(&cfg.Firewall, "firewall", false, "enforce firewall rules with nftables on this host")
-	fs.StringVar(&cfg.SSHUser, "ssh-user", "", "manage this user's ~/.ssh/authorized_keys")
-	fs.StringVar(&cfg.AuthorizedKeysFile, "authorized-keys-file", "", "manage this authorized_keys file instead")
-	fs.StringVar(&cfg.DesiredStateFile, "desired-state-file", "", "standalone: enforce firewall rules and SSH keys from this JSON file")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	ld.AddFlags(fs)
+	res, err := ld.Load(fs, args, os.Environ())
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
-	final := daemon.Defaults()
-	path, explicit := *configPath, true
-	if path == "" {
-		path = os.Getenv(daemon.ConfigEnv)
-	}
-	if path == "" {
-		path, explicit = daemon.DefaultConfigPath, false
-	}
-	if err := daemon.LoadFile(path, &final); err != nil && (explicit || !errors.Is(err, iofs.ErrNotExist)) {
+	// The one validation of hearthd's configuration: daemon.Run trusts it.
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	unknownEnv, err := daemon.ApplyEnv(os.Environ(), &final)
-	if err != nil {
-		return err
-	}
-	daemon.ApplyFlags(fs, flags, &final)
-
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToLower(final.LogLevel))); err != nil {
-		return fmt.Errorf("config log-level: %w", err)
-	}
+	lvl, _ := config.LogLevel(cfg.LogLevel) // checked by Validate
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	for _, name := range unknownEnv {
-		log.Warn("unknown HEARTH_ environment variable ignored", "name", name)
-	}
-	return daemon.Run(ctx, final, version, log)
-}
-
-// paramValue types an Ollama parameter value: integer, float, bool or text.
-func paramValue(v string) any {
-	if i, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return i
-	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		return f
-	}
-	if b, err := strconv.ParseBool(v); err == nil {
-		return b
-	}
-	return v
+	res.WarnUnknownEnv(log)
+	return daemon.Run(ctx, cfg, version, log)
 }
 
 func keys(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	// --state-dir and --admin-socket may stand anywhere, before or after
-	// the subcommand; the rest is the key CLI's own.
-	cfg := daemon.Defaults()
-	rest, err := takeFlags(args, map[string]*string{"state-dir": &cfg.StateDir, "admin-socket": &cfg.AdminSocket})
+	// --config, --state-dir and --admin-socket may stand anywhere, before
+	// or after the subcommand; the rest is the key CLI's own. The state
+	// directory and socket come from the same file and environment as
+	// hearthd serve's.
+	mine, rest, err := takeFlags(args, "config", "state-dir", "admin-socket")
 	if err != nil {
+		return err
+	}
+	cfg := daemon.Defaults()
+	ld := daemon.ConfigLoader(&cfg)
+	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ld.AddFlags(fs, "state-dir", "admin-socket")
+	if _, err := ld.Load(fs, mine, os.Environ()); err != nil {
 		return err
 	}
 	return apikeys.RunCLI(ctx, rest, stdout, stderr, cfg.AdminSocketPath(), filepath.Join(cfg.StateDir, "db"))
 }
 
-// takeFlags removes the named string flags (-name v, --name v, --name=v)
-// from args, storing their values.
-func takeFlags(args []string, flags map[string]*string) ([]string, error) {
-	var rest []string
+// takeFlags splits the named flags (-name v, --name v, --name=v) from
+// args, as --name=v, from the rest.
+func takeFlags(args []string, names ...string) (taken, rest []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		dst, ok := flags[name]
-		if !ok || !strings.HasPrefix(a, "-") {
+		if !strings.HasPrefix(a, "-") || !slices.Contains(names, name) {
 			rest = append(rest, a)
 			continue
 		}
 		if !hasVal {
 			if i+1 >= len(args) {
-				return nil, fmt.Errorf("flag --%s needs a value", name)
+				return nil, nil, fmt.Errorf("flag --%s needs a value", name)
 			}
 			i++
 			val = args[i]
 		}
-		*dst = val
+		taken = append(taken, "--"+name+"="+val)
 	}
-	return rest, nil
+	return taken, rest, nil
 }

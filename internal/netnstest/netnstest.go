@@ -102,7 +102,34 @@ func NewPair(t testing.TB, prefix string, server, client []netip.Prefix) Pair {
 		}
 		ip(t, "-n", ns, "link", "set", "veth0", "up")
 	}
+	for _, ns := range []string{p.Server, p.Client} {
+		waitOperUp(t, ns, "veth0")
+	}
 	return p
+}
+
+// waitOperUp waits until dev in ns is operationally up. The kernel attaches
+// a device's real queueing discipline only when it sees the carrier come up,
+// which it does in deferred work that can lag by a second; until then every
+// packet is dropped, so a probe sent at once would time out (and a lost
+// IPv6 neighbour solicitation delays the next one further). The bound is
+// only a backstop for a device that never comes up.
+func waitOperUp(t testing.TB, ns, dev string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-n", ns, "-o", "link", "show", "dev", dev).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip -n %s link show %s: %v\n%s", ns, dev, err, out)
+		}
+		if strings.Contains(string(out), "state UP") && !strings.Contains(string(out), "NO-CARRIER") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s not up after 30s: %s", dev, ns, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // ip runs the ip command; the test fails, showing its output, if it fails.

@@ -23,6 +23,27 @@
 // That variable is the only package-level state involved, and it belongs to
 // the test binary, which is exactly the lifetime of the server. As a backstop
 // the server gets SIGTERM if the test binary dies without cleaning up.
+//
+// # Versions
+//
+// hearth supports a range of Ollama versions, so the integration tests run
+// once per version of the test matrix: `make test` lists them in
+// $HEARTH_OLLAMA_BINS (VERSION=PATH pairs from `scripts/ensure-ollama.sh
+// --all`); without it the matrix is the one binary FindBinary finds. A test
+// sharing one server per version runs its body once per version:
+//
+//	func TestChat(t *testing.T) {
+//		ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+//			... // a subtest named by the version, e.g. TestChat/0.17.4
+//		})
+//	}
+//
+// A test that starts its own runtime (a private Instance via StartVersion,
+// or hearthd with --ollama-bin v.Bin) uses ForEachVersion. Every instance
+// checks that its /api/version answers the version it was listed as, so a
+// matrix entry cannot silently test another build. Get and Start use the
+// default binary (FindBinary: $HEARTH_OLLAMA_BIN, the current version under
+// `make test`).
 package ollamatest
 
 import (
@@ -32,15 +53,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,7 +66,9 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/hearthd/hearth/runtime/tinymodel"
+	"github.com/hearthd/hearth/internal/proctest"
+	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 // ModelName is the name the tiny model is created under.
@@ -63,11 +82,12 @@ type Instance struct {
 	GGUFPath  string // the tiny model file the model was created from
 	ModelsDir string // its private OLLAMA_MODELS
 	Bin       string // the ollama binary
+	Version   string // what its /api/version answers, e.g. "0.17.4"
 
 	dir  string // private temp dir holding everything above
 	cmd  *exec.Cmd
-	logs *logBuffer
-	done chan struct{} // closed when the process has exited
+	logs *proctest.LogBuffer
+	done <-chan struct{} // closed when the process has exited
 
 	closeOnce sync.Once
 }
@@ -99,11 +119,22 @@ func FindBinary() (string, error) {
 	return "", errors.New("ollama binary not found (looked at $HEARTH_OLLAMA_BIN, PATH and $(go env GOPATH)/bin): run `make ollama`")
 }
 
-// Start starts a private Ollama with the tiny model and stops it when the
-// test ends. It fails the test if anything goes wrong.
+// Start starts a private Ollama (the default binary) with the tiny model and
+// stops it when the test ends. It fails the test if anything goes wrong.
 func Start(t testing.TB) *Instance {
 	t.Helper()
-	inst, err := start()
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatalf("ollamatest: %v", err)
+	}
+	return StartVersion(t, Version{Bin: bin})
+}
+
+// StartVersion is Start for the Ollama v; it fails the test unless the
+// server answers version v.Name (when set).
+func StartVersion(t testing.TB, v Version) *Instance {
+	t.Helper()
+	inst, err := start(v)
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)
 	}
@@ -116,40 +147,90 @@ func Start(t testing.TB) *Instance {
 	return inst
 }
 
-// Shared lazily starts one Instance for a whole test binary; see the package
-// documentation. The zero value is ready to use.
+// Shared lazily starts one Instance per Ollama binary for a whole test
+// binary; see the package documentation. The zero value is ready to use.
 type Shared struct {
+	mu     sync.Mutex
+	insts  map[string]*sharedInstance // by binary
+	closed bool
+}
+
+type sharedInstance struct {
 	once sync.Once
 	inst *Instance
 	err  error
 }
 
-// Get returns the shared instance, starting it on first use. It fails t if
-// the instance could not start or has died since.
+// Get returns the shared instance of the default binary (FindBinary),
+// starting it on first use. It fails t if the instance could not start or
+// has died since.
 func (s *Shared) Get(t testing.TB) *Instance {
 	t.Helper()
-	s.once.Do(func() { s.inst, s.err = start() })
-	if s.err != nil {
-		t.Fatalf("ollamatest: %v", s.err)
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatalf("ollamatest: %v", err)
 	}
-	select {
-	case <-s.inst.done:
-		t.Fatalf("ollamatest: shared ollama serve has exited; output:\n%s", s.inst.LogTail(16<<10))
-	default:
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("ollama serve output (tail):\n%s", s.inst.LogTail(16<<10))
-		}
-	})
-	return s.inst
+	return s.GetVersion(t, Version{Bin: bin})
 }
 
-// Close stops the shared instance if it was started.
+// GetVersion is Get for the Ollama v.
+func (s *Shared) GetVersion(t testing.TB, v Version) *Instance {
+	t.Helper()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		t.Fatal("ollamatest: shared instances already closed")
+	}
+	if s.insts == nil {
+		s.insts = make(map[string]*sharedInstance)
+	}
+	si := s.insts[v.Bin]
+	if si == nil {
+		si = &sharedInstance{}
+		s.insts[v.Bin] = si
+	}
+	s.mu.Unlock()
+
+	si.once.Do(func() { si.inst, si.err = start(v) })
+	if si.err != nil {
+		t.Fatalf("ollamatest: %v", si.err)
+	}
+	inst := si.inst
+	if v.Name != "" && inst.Version != v.Name {
+		t.Fatalf("ollamatest: %s answers version %s, want %s", v.Bin, inst.Version, v.Name)
+	}
+	select {
+	case <-inst.done:
+		t.Fatalf("ollamatest: shared ollama serve has exited; output:\n%s", inst.LogTail(16<<10))
+	default:
+	}
+	checkShared(t, inst)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("ollama serve output (tail):\n%s", inst.LogTail(16<<10))
+		}
+	})
+	return inst
+}
+
+// ForEach runs f as a subtest of t per version (see ForEachVersion) with
+// that version's shared instance.
+func (s *Shared) ForEach(t *testing.T, f func(t *testing.T, inst *Instance)) {
+	t.Helper()
+	ForEachVersion(t, func(t *testing.T, v Version) { f(t, s.GetVersion(t, v)) })
+}
+
+// Close stops the shared instances that were started.
 func (s *Shared) Close() {
-	s.once.Do(func() { s.err = errors.New("shared instance closed") })
-	if s.inst != nil {
-		s.inst.Close()
+	s.mu.Lock()
+	s.closed = true
+	insts := s.insts
+	s.mu.Unlock()
+	for _, si := range insts {
+		si.once.Do(func() { si.err = errors.New("shared instance closed") })
+		if si.inst != nil {
+			si.inst.Close()
+		}
 	}
 }
 
@@ -160,13 +241,7 @@ func (i *Instance) PID() int { return i.cmd.Process.Pid }
 func (i *Instance) Logs() string { return i.logs.String() }
 
 // LogTail returns the last n bytes of the output.
-func (i *Instance) LogTail(n int) string {
-	s := i.logs.String()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
-}
+func (i *Instance) LogTail(n int) string { return i.logs.Tail(n) }
 
 // Client returns an Ollama API client for the instance.
 func (i *Instance) Client() *api.Client {
@@ -191,22 +266,12 @@ func (i *Instance) stop() {
 	if i.cmd == nil {
 		return
 	}
-	pgid := i.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-i.done:
-	case <-time.After(5 * time.Second):
-	}
-	// Runners may outlive a server that was told to stop.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	<-i.done
+	// The group: runners may outlive a server that was told to stop.
+	proctest.StopGroup(i.cmd.Process.Pid, i.done, 5*time.Second)
 }
 
-func start() (*Instance, error) {
-	bin, err := FindBinary()
-	if err != nil {
-		return nil, err
-	}
+// start starts v.Bin and checks it answers version v.Name, if set.
+func start(v Version) (*Instance, error) {
 	dir, err := os.MkdirTemp("", "ollamatest-")
 	if err != nil {
 		return nil, err
@@ -215,7 +280,7 @@ func start() (*Instance, error) {
 		Model:     ModelName,
 		GGUFPath:  filepath.Join(dir, "tiny.gguf"),
 		ModelsDir: filepath.Join(dir, "models"),
-		Bin:       bin,
+		Bin:       v.Bin,
 		dir:       dir,
 	}
 	fail := func(err error) (*Instance, error) {
@@ -248,6 +313,12 @@ func start() (*Instance, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if inst.Version, err = inst.Client().Version(ctx); err != nil {
+		return fail(fmt.Errorf("ask its version: %w", err))
+	}
+	if v.Name != "" && inst.Version != v.Name {
+		return fail(fmt.Errorf("%s answers version %q, want %s: rebuild it with scripts/ensure-ollama.sh %s", v.Bin, inst.Version, v.Name, v.Name))
+	}
 	if err := CreateModel(ctx, inst.Client(), inst.Model, inst.GGUFPath); err != nil {
 		return fail(err)
 	}
@@ -257,14 +328,13 @@ func start() (*Instance, error) {
 // launch starts ollama serve on a free loopback port and waits until it
 // answers.
 func (i *Instance) launch() error {
-	port, err := freePort()
+	addr, err := testutil.FreeAddr()
 	if err != nil {
 		return err
 	}
-	i.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	i.Addr = addr
 	i.URL = "http://" + i.Addr
-	i.logs = &logBuffer{max: 1 << 20}
-	i.done = make(chan struct{})
+	i.logs = &proctest.LogBuffer{}
 
 	cmd := exec.Command(i.Bin, "serve")
 	cmd.Dir = i.dir
@@ -281,46 +351,24 @@ func (i *Instance) launch() error {
 	// server itself has exited.
 	cmd.WaitDelay = 2 * time.Second
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	// Pdeathsig fires when the thread that started the child exits, so
-	// start it from a goroutine pinned to its thread for the child's life
-	// (the caller's thread may be locked by a test and end with it).
-	started := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		defer goruntime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			close(i.done)
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(i.done)
-	}()
-	if err := <-started; err != nil {
-		return fmt.Errorf("start %s serve: %w", i.Bin, err)
+	done, err := proctest.Start(cmd)
+	if err != nil {
+		return err
 	}
-	i.cmd = cmd
+	i.cmd, i.done = cmd, done
 
-	deadline := time.Now().Add(30 * time.Second)
 	hc := &http.Client{Timeout: time.Second}
-	for {
+	return proctest.WaitReady("ollama serve on "+i.Addr, i.done, 30*time.Second, func() error {
 		resp, err := hc.Get(i.URL + "/api/version")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-i.done:
-			return fmt.Errorf("ollama serve on %s exited during start-up", i.Addr)
-		case <-time.After(50 * time.Millisecond):
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/api/version: %s", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ollama serve on %s not reachable after 30s: %v", i.Addr, err)
-		}
-	}
+		return nil
+	})
 }
 
 // CreateModel uploads the GGUF file at path as a blob and creates model name
@@ -348,37 +396,3 @@ func CreateModel(ctx context.Context, c *api.Client, name, path string) error {
 	}
 	return nil
 }
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// logBuffer keeps the last max bytes written to it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-var _ io.Writer = (*logBuffer)(nil)

@@ -12,7 +12,14 @@ import (
 )
 
 func TestStartServesTinyModel(t *testing.T) {
-	inst := Start(t)
+	ForEachVersion(t, testStartServesTinyModel)
+}
+
+func testStartServesTinyModel(t *testing.T, v Version) {
+	inst := StartVersion(t, v)
+	if inst.Version != v.Name {
+		t.Fatalf("instance of %s answers version %q, want %q", v.Bin, inst.Version, v.Name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := inst.Client()

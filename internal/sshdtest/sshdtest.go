@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +21,9 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/hearthd/hearth/internal/proctest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // AddUser creates a throwaway system account with the given home (not
@@ -40,16 +42,109 @@ func AddUser(t testing.TB, home string) *user.User {
 	if err != nil {
 		t.Fatalf("useradd (apt-get install passwd): %v: %s", err, out)
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-	})
 	u, err := user.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// The session processes sshd started for the user end a moment
+		// after their connection does, and userdel refuses a user who
+		// still runs any.
+		uid := u.Uid
+		testutil.WaitFor(t, 10*time.Second, "the processes of "+name+" to end", func() bool {
+			return len(processesOf(uid)) == 0
+		})
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Errorf("userdel %s: %v: %s", name, err, out)
+		}
+	})
 	return u
+}
+
+// processesOf returns the pids of the processes whose real uid is uid.
+func processesOf(uid string) []int {
+	var pids []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*/status")
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == uid {
+				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// Home is a throwaway user with a home directory sshd's StrictModes
+// accepts.
+type Home struct {
+	User *user.User
+	Dir  string // the home: mode 0755, owned by the user
+	// Base is the root-owned 0755 directory holding Dir; Start can keep
+	// sshd's own files there.
+	Base string
+}
+
+// NewHome creates a throwaway user (see AddUser) and its home. StrictModes
+// checks the authorized_keys file and every directory from it up to the
+// home, as the user, so the home lives in a root-owned 0755 directory and
+// the 0700 temp directories above that are opened up for the user to
+// traverse; nothing above the home is checked for group or other write.
+func NewHome(t testing.TB) *Home {
+	t.Helper()
+	base := t.TempDir()
+	for _, d := range []string{base, filepath.Dir(base)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &Home{Dir: filepath.Join(base, "home"), Base: base}
+	h.User = AddUser(t, h.Dir)
+	if err := os.Mkdir(h.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.chown(t, h.Dir)
+	return h
+}
+
+// WriteFile writes data to name (relative to the home) as the user would:
+// the file mode 0600 and missing directories 0700, all owned by the user.
+// It returns the file's path.
+func (h *Home) WriteFile(t testing.TB, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(h.Dir, name)
+	var missing []string
+	for d := filepath.Dir(path); d != h.Dir; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		}
+		missing = append(missing, d)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o700); err != nil {
+			t.Fatal(err)
+		}
+		h.chown(t, missing[i])
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.chown(t, path)
+	return path
+}
+
+func (h *Home) chown(t testing.TB, path string) {
+	t.Helper()
+	uid, _ := strconv.Atoi(h.User.Uid)
+	gid, _ := strconv.Atoi(h.User.Gid)
+	if err := os.Chown(path, uid, gid); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // NewSigner returns a fresh ed25519 key and its authorized_keys line
@@ -104,7 +199,7 @@ func Start(t testing.TB, dir string, u *user.User, akPath string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	conf := filepath.Join(dir, "sshd_config")
 	text := fmt.Sprintf(`ListenAddress 127.0.0.1:%d
 HostKey %s
@@ -141,23 +236,9 @@ LogLevel VERBOSE
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Killed should the test binary die without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	exited := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that started the child exits:
-		// this goroutine holds a thread of its own, never in another
-		// namespace, for sshd's whole life.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		exited <- cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		t.Fatalf("start sshd: %v", err)
+	exited, err := proctest.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -166,25 +247,17 @@ LogLevel VERBOSE
 			t.Logf("sshd log:\n%s", logs())
 		}
 	})
-
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	err = proctest.WaitReady("sshd on "+s.Addr, exited, 15*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", s.Addr, time.Second)
 		if err == nil {
 			c.Close()
-			return s
 		}
-		select {
-		case err := <-exited:
-			exited <- err // for the cleanup
-			t.Fatalf("sshd exited: %v\n%s", err, logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd not listening on %s: %v", s.Addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs())
 	}
+	return s
 }
 
 // Login logs in as the server's user with key and runs `id -u`, which must
@@ -229,14 +302,4 @@ func (s *Server) ExpectLogin(t testing.TB, step, name string, key ssh.Signer, ok
 	case !ok && !strings.Contains(err.Error(), "unable to authenticate"):
 		t.Fatalf("%s: %s key failed for the wrong reason: %v", step, name, err)
 	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

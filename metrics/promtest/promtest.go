@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,6 +26,9 @@ import (
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/hearthd/hearth/internal/proctest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Options tune Start; the zero value is what Start uses.
@@ -155,17 +157,8 @@ func config(interval time.Duration, targets []string) (jobs []string, cfg []byte
 	return jobs, cfg, nil
 }
 
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
 func start(t testing.TB, bin, dir, cfgPath string, attempt int, opts Options) (*Prometheus, error) {
-	addr, err := freePort()
+	addr, err := testutil.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +181,10 @@ func start(t testing.TB, bin, dir, cfgPath string, attempt int, opts Options) (*
 	// Take Prometheus down with the test binary if it dies without
 	// running cleanups.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	exited, err := proctest.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	stop := func() {
 		if cmd.Process.Signal(syscall.SIGTERM) == nil {
 			select {
@@ -213,22 +205,9 @@ func start(t testing.TB, bin, dir, cfgPath string, attempt int, opts Options) (*
 	}
 	p.api = promv1.NewAPI(client)
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err // for stop, should anything call it
-			return nil, fmt.Errorf("prometheus exited before it was ready (%v):\n%s", err, tail(logPath))
-		default:
-		}
-		if ready(p.URL) {
-			break
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("prometheus not ready after 30s:\n%s", tail(logPath))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := proctest.WaitReady("prometheus on "+addr, exited, 30*time.Second, func() error { return ready(p.URL) }); err != nil {
+		stop()
+		return nil, fmt.Errorf("%w:\n%s", err, tail(logPath))
 	}
 	t.Cleanup(func() {
 		stop()
@@ -239,14 +218,17 @@ func start(t testing.TB, bin, dir, cfgPath string, attempt int, opts Options) (*
 	return p, nil
 }
 
-func ready(base string) bool {
+func ready(base string) error {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get(base + "/-/ready")
 	if err != nil {
-		return false
+		return err
 	}
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/-/ready: %s", resp.Status)
+	}
+	return nil
 }
 
 // tail returns the end of a log file for failure messages.

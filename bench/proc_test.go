@@ -1,0 +1,19 @@
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestReadProcSelf(t *testing.T) {
+	for SelfCPU() < 30*time.Millisecond { // at least a few clock ticks to see
+	}
+	p, err := ReadProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.CPU <= 0 || p.RSS <= 0 || p.HWM < p.RSS {
+		t.Fatalf("sample %+v: want CPU time, RSS and a peak at least the RSS", p)
+	}
+}

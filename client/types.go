@@ -1,0 +1,255 @@
+package client
+
+import "time"
+
+// The types below are the schemas of control/openapi.json, field for field:
+// a required field has no omitempty, an optional one has, a nullable one is
+// a pointer. TestTypesFollowOpenAPI walks every schema of the document
+// against them, so they cannot drift apart.
+
+// ServerStatus is where a server is in its lifecycle (control/README.md).
+type ServerStatus string
+
+// Server statuses.
+const (
+	StatusProvisioning ServerStatus = "provisioning"
+	StatusRunning      ServerStatus = "running"
+	StatusUpdating     ServerStatus = "updating"
+	StatusFailed       ServerStatus = "failed"
+	StatusUnreachable  ServerStatus = "unreachable"
+	StatusDeleting     ServerStatus = "deleting"
+)
+
+// ServerStatuses returns every status, in lifecycle order.
+func ServerStatuses() []ServerStatus {
+	return []ServerStatus{StatusProvisioning, StatusRunning, StatusUpdating, StatusFailed, StatusUnreachable, StatusDeleting}
+}
+
+// Stack is what a server runs: a deployment serves one model, a bare server
+// none.
+type Stack string
+
+// Stacks.
+const (
+	StackDeployment Stack = "deployment"
+	StackBare       Stack = "bare"
+)
+
+// Stacks returns every stack.
+func Stacks() []Stack { return []Stack{StackDeployment, StackBare} }
+
+// BillingMonthly is the one billing plan.
+const BillingMonthly = "monthly"
+
+// Server is a rented server.
+type Server struct {
+	ID      string       `json:"id"`
+	Name    string       `json:"name"`
+	Status  ServerStatus `json:"status"`
+	Chip    string       `json:"chip"`
+	RAM     int          `json:"ram"`     // GB
+	Storage int          `json:"storage"` // GB
+	Stack   Stack        `json:"stack"`
+	// Model and DeploymentURL are set for the deployment stack only.
+	Model         string   `json:"model,omitempty"`
+	DeploymentURL string   `json:"deployment_url,omitempty"`
+	Billing       string   `json:"billing"`
+	SSHKeyIDs     []string `json:"ssh_key_ids"`
+	// IP is nil until the node reports it; lists mask it.
+	IP          *string     `json:"ip"`
+	CreatedAt   time.Time   `json:"created_at"`
+	UpdatedAt   time.Time   `json:"updated_at"`
+	Enforcement Enforcement `json:"enforcement"`
+}
+
+// Enforcement is what the server's node last reported about enforcing the
+// server's firewall rules, SSH keys, API keys and model.
+type Enforcement struct {
+	DesiredRevision int64              `json:"desired_revision"`
+	Firewall        EnforcementConcern `json:"firewall"`
+	SSHKeys         EnforcementConcern `json:"ssh_keys"`
+	APIKeys         EnforcementConcern `json:"api_keys"`
+	Runtime         RuntimeEnforcement `json:"runtime"`
+	// ReportedAt is nil until the node's first report for this server.
+	ReportedAt *time.Time `json:"reported_at"`
+}
+
+// Enforcement statuses of one concern.
+const (
+	EnforcementPending = "pending"
+	EnforcementApplied = "applied"
+	EnforcementFailed  = "failed"
+)
+
+// EnforcementConcern is the state of one concern (firewall, SSH keys, API
+// keys) on the node.
+type EnforcementConcern struct {
+	Status          string  `json:"status"`
+	AppliedRevision *int64  `json:"applied_revision"`
+	Error           *string `json:"error"`
+}
+
+// RuntimeEnforcement is the model runtime as the node reports it.
+type RuntimeEnforcement struct {
+	Status  string `json:"status"`
+	Healthy bool   `json:"healthy"`
+	// Model is what the deployment serves now (the old model while
+	// updating).
+	Model           *string       `json:"model"`
+	AppliedRevision *int64        `json:"applied_revision"`
+	Error           *string       `json:"error"`
+	Progress        *PullProgress `json:"progress"`
+}
+
+// PullProgress is a model pull while it lasts, in bytes.
+type PullProgress struct {
+	Status    string `json:"status"`
+	Completed int64  `json:"completed"`
+	Total     int64  `json:"total"`
+}
+
+// CreateServerRequest is the body of CreateServer.
+type CreateServerRequest struct {
+	Name    string `json:"name"`
+	Chip    string `json:"chip"`
+	RAM     int    `json:"ram"`     // GB
+	Storage int    `json:"storage"` // GB
+	Stack   Stack  `json:"stack"`
+	// Model is required for the deployment stack and must be empty for
+	// bare.
+	Model     string   `json:"model,omitempty"`
+	Billing   string   `json:"billing"`
+	SSHKeyIDs []string `json:"ssh_key_ids,omitempty"`
+}
+
+// UpdateServerRequest is the body of UpdateServer: set at least one field.
+type UpdateServerRequest struct {
+	Name  string `json:"name,omitempty"`
+	Model string `json:"model,omitempty"`
+}
+
+// SSHKey is a registered SSH public key.
+type SSHKey struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	PublicKey   string    `json:"public_key"`
+	Fingerprint string    `json:"fingerprint"` // SHA256:…, as ssh-keygen -lf prints it
+	Type        string    `json:"type"`
+	Bits        int       `json:"bits"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// CreateSSHKeyRequest is the body of CreateSSHKey.
+type CreateSSHKeyRequest struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"` // one authorized_keys line
+}
+
+// Direction, Protocol and Action are a firewall rule's enums.
+type (
+	Direction string
+	Protocol  string
+	Action    string
+)
+
+// Firewall rule values.
+const (
+	Inbound  Direction = "inbound"
+	Outbound Direction = "outbound"
+	TCP      Protocol  = "tcp"
+	UDP      Protocol  = "udp"
+	ICMP     Protocol  = "icmp"
+	Allow    Action    = "allow"
+	Deny     Action    = "deny"
+)
+
+// Directions returns every direction.
+func Directions() []Direction { return []Direction{Inbound, Outbound} }
+
+// Protocols returns every protocol.
+func Protocols() []Protocol { return []Protocol{TCP, UDP, ICMP} }
+
+// Actions returns every action.
+func Actions() []Action { return []Action{Allow, Deny} }
+
+// FirewallRule is one rule of a server, in canonical form.
+type FirewallRule struct {
+	ID        string    `json:"id"`
+	ServerID  string    `json:"server_id"`
+	Direction Direction `json:"direction"`
+	Protocol  Protocol  `json:"protocol"`
+	// PortRange, Source and Destination are nil for "all ports" and
+	// "any address".
+	PortRange   *string   `json:"port_range"`
+	Source      *string   `json:"source"`
+	Destination *string   `json:"destination"`
+	Action      Action    `json:"action"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// CreateFirewallRuleRequest is the body of CreateFirewallRule.
+type CreateFirewallRuleRequest struct {
+	Direction   Direction `json:"direction"`
+	Protocol    Protocol  `json:"protocol"`
+	PortRange   string    `json:"port_range,omitempty"`  // "22" or "8000-9000"
+	Source      string    `json:"source,omitempty"`      // inbound only: address or CIDR
+	Destination string    `json:"destination,omitempty"` // outbound only: address or CIDR
+	Action      Action    `json:"action"`
+	Description string    `json:"description,omitempty"`
+}
+
+// APIKey is a deployment API key with its usage; never its secret.
+type APIKey struct {
+	ID        string     `json:"id"`
+	ServerID  string     `json:"server_id"`
+	Name      string     `json:"name"`
+	Hint      string     `json:"hint"` // hearth_live_… and the last 4 characters
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at"` // nil: never
+	// Limits enforced by the node; 0 is unlimited.
+	RequestsPerMinute int `json:"requests_per_minute"`
+	TokensPerMinute   int `json:"tokens_per_minute"`
+	// Usage as the node last reported it (cumulative).
+	Requests         int64      `json:"requests"`
+	PromptTokens     int64      `json:"prompt_tokens"`
+	CompletionTokens int64      `json:"completion_tokens"`
+	LastUsedAt       *time.Time `json:"last_used_at"`
+}
+
+// CreatedAPIKey is the answer to CreateAPIKey: the only one that carries
+// the secret. Key is nil when the answer is an Idempotency-Key replay: the
+// secret was shown in the first answer and the control plane never stored
+// it.
+type CreatedAPIKey struct {
+	APIKey
+	Key *string `json:"key"`
+}
+
+// CreateAPIKeyRequest is the body of CreateAPIKey.
+type CreateAPIKeyRequest struct {
+	Name              string     `json:"name"`
+	ExpiresAt         *time.Time `json:"expires_at,omitempty"` // nil: never expires
+	RequestsPerMinute int        `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   int        `json:"tokens_per_minute,omitempty"`
+}
+
+// List is one page of a list. NextCursor is nil on the last page.
+type List[T any] struct {
+	Data       []T     `json:"data"`
+	HasMore    bool    `json:"has_more"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// ListParams selects a page: Limit is 1–100 (0: the API's default, 20),
+// Cursor a previous page's NextCursor ("" for the first page).
+type ListParams struct {
+	Limit  int    `query:"limit"`
+	Cursor string `query:"cursor"`
+}
+
+// ListServersParams selects a page of servers, optionally of one status.
+type ListServersParams struct {
+	ListParams
+	Status ServerStatus `query:"status"`
+}

@@ -1,0 +1,70 @@
+package control
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/hearthd/hearth/store"
+)
+
+// LongPollsWaiting reports how many node long-polls are waiting for a
+// change, so tests can make a change only once a poll really waits.
+func LongPollsWaiting(s *Server) int { return int(s.waiting.Load()) }
+
+// PoolIndexDrift compares the pool index with what the node records say it
+// must hold, returning the keys only in one of them.
+func PoolIndexDrift(s *Server) (missing, extra []string, err error) {
+	want := map[string]bool{}
+	err = store.ScanJSON(s.st, pfxNode, func(_ string, n nodeRec) (bool, error) {
+		if k := freeKey(&n); k != "" {
+			want[k] = true
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	err = s.st.Scan(pfxFree, "", false, func(key string, _ []byte) (bool, error) {
+		if !want[key] {
+			extra = append(extra, key)
+		}
+		delete(want, key)
+		return true, nil
+	})
+	for k := range want {
+		missing = append(missing, k)
+	}
+	return missing, extra, err
+}
+
+// StatusIndexDrift compares the status index with the server records,
+// returning the keys only in one of them.
+func StatusIndexDrift(s *Server) (missing, extra []string, err error) {
+	want := map[string]bool{}
+	have := map[string]bool{}
+	err = s.st.Scan(pfxProjectData, "", false, func(key string, val []byte) (bool, error) {
+		_, tail, _ := strings.Cut(key[len(pfxProjectData):], "/")
+		switch {
+		case strings.HasPrefix(tail, "srvst/"):
+			have[key] = true
+		case strings.HasPrefix(tail, "srv/"):
+			var rec serverRec
+			if err := json.Unmarshal(val, &rec); err != nil {
+				return false, err
+			}
+			want[statusKey(rec)] = true
+		}
+		return true, nil
+	})
+	for k := range want {
+		if !have[k] {
+			missing = append(missing, k)
+		}
+	}
+	for k := range have {
+		if !want[k] {
+			extra = append(extra, k)
+		}
+	}
+	return missing, extra, err
+}

@@ -1,0 +1,44 @@
+package control
+
+import (
+	"github.com/hearthd/hearth/internal/textcheck"
+	"github.com/hearthd/hearth/nodeapi"
+)
+
+// MaxReportText bounds every free-text field of a node's report (errors,
+// the served model's name, a pull's status): longer ones are cut to this
+// many bytes plus "…". A node's error is shown in every GET and list of its
+// server, so it must not be able to make those answers large.
+const MaxReportText = 1024
+
+// maxReportUsage bounds the usage entries of one report: one per API key
+// of the server, with room to spare.
+const maxReportUsage = 2 * MaxAPIKeysPerServer
+
+// checkReport refuses a report that claims a revision the control plane
+// never issued to the node (issued is the node's current revision; a node
+// cannot have applied a later one, so such a report is forged or corrupt
+// and must not move its server), and bounds its text fields in place.
+func checkReport(o *nodeapi.Observed, issued uint64) *apiError {
+	for _, r := range []struct {
+		name string
+		rev  uint64
+	}{
+		{"revision", o.Revision}, {"runtime_revision", o.RuntimeRevision}, {"firewall_revision", o.FirewallRevision},
+		{"ssh_keys_revision", o.SSHKeysRevision}, {"api_keys_revision", o.APIKeysRevision},
+	} {
+		if r.rev > issued {
+			return invalid(r.name, "%s %d was never issued to this node (its latest is %d)", r.name, r.rev, issued)
+		}
+	}
+	if len(o.Usage) > maxReportUsage {
+		return invalid("usage", "usage lists %d keys; at most %d", len(o.Usage), maxReportUsage)
+	}
+	for _, s := range []*string{&o.RuntimeError, &o.FirewallError, &o.SSHKeysError, &o.APIKeysError, &o.RuntimeModel} {
+		*s = textcheck.Clip(*s, MaxReportText)
+	}
+	if o.RuntimeProgress != nil {
+		o.RuntimeProgress.Status = textcheck.Clip(o.RuntimeProgress.Status, MaxReportText)
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/llm/tinymodel"
+	"github.com/hearthd/hearth/systemd"
+)
+
+// hearthd with a supervised `ollama serve` (the real binary and the tiny
+// model): ready once the model is created and loaded, answers a chat, and
+// when stopped takes the runtime down with it, leaving no goroutine
+// behind.
+func TestRunSupervisedOllama(t *testing.T) {
+	noLeaks(t)
+	bin, err := ollamatest.FindBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	gguf, tmpl := filepath.Join(dir, "tiny.gguf"), filepath.Join(dir, "tiny.template")
+	if err := tinymodel.WriteFile(gguf, tinymodel.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ollamaAddr := l.Addr().String()
+	l.Close()
+
+	cfg := Defaults()
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Listen, cfg.MetricsListen = "127.0.0.1:0", ""
+	cfg.Model, cfg.ModelGGUF, cfg.ModelTemplate = "daemon-tiny", gguf, tmpl
+	cfg.ModelParams = map[string]any{"num_predict": 4, "num_thread": 1}
+	cfg.OllamaStart, cfg.OllamaBin, cfg.OllamaURL = true, bin, "http://"+ollamaAddr
+	cfg.OllamaModelsDir = filepath.Join(dir, "models")
+
+	notify := &systemd.Fake{}
+	built := make(chan *node, 1)
+	opts := options{extra: []func(*node) component{func(nd *node) component {
+		built <- nd
+		return component{name: "test probe", phase: phaseBack, run: func(ctx context.Context) error { <-ctx.Done(); return nil }}
+	}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- runNode(ctx, cfg, "test", slog.New(slog.DiscardHandler), notify, opts) }()
+	nd := <-built
+	if err := notify.WaitFor(t.Context(), "READY=1"); err != nil {
+		t.Fatalf("READY=1: %v (sent %q)", err, notify.Messages())
+	}
+
+	secret, _, err := nd.keys.Create("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", "http://"+nd.ln.Addr().String()+"/api/v1/chat/completions",
+		strings.NewReader(`{"model":"daemon-tiny","messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&out)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || out.Usage.CompletionTokens != 4 {
+		t.Fatalf("chat: %d %+v %v", resp.StatusCode, out, err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("runNode: %v", err)
+	}
+	// The supervised runtime is gone with hearthd.
+	if c, err := net.Dial("tcp", ollamaAddr); err == nil {
+		c.Close()
+		t.Fatal(fmt.Sprintf("ollama still listens on %s after hearthd stopped", ollamaAddr))
+	}
+}

@@ -1,0 +1,47 @@
+package deployapi
+
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// readBufferSize is fasthttp's per-connection read buffer.
+const readBufferSize = 8192
+
+// Bounds on reading and discarding a refused body.
+const (
+	drainMaxBytes = 64 << 20
+	drainMaxTime  = 10 * time.Second
+	drainIdle     = 100 * time.Millisecond
+)
+
+// drainRefusedBody reads and discards the body of a request refused before
+// its body was read (too large, or a bad key), before the error answer is
+// written and the connection closed. Closing a socket with unread data
+// makes the kernel send a reset, which reaches the client before (and
+// instead of) the answer: curl, Node's fetch and Go's client then report
+// "connection reset" rather than the 413 or 401. Memory stays one small
+// buffer; time and bytes are bounded, and the drain stops as soon as the
+// client pauses, so one that announced a body and sends none is answered
+// at once.
+func drainRefusedBody(ctx *fasthttp.RequestCtx) {
+	conn := ctx.Conn()
+	end := time.Now().Add(drainMaxTime)
+	buf := make([]byte, 32<<10)
+	var got int64
+	for got < drainMaxBytes {
+		deadline := time.Now().Add(drainIdle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		if conn.SetReadDeadline(deadline) != nil {
+			return
+		}
+		n, err := conn.Read(buf)
+		got += int64(n)
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package deployapi
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/openai"
+)
+
+// bytesPerToken is the fewest bytes of text a token stands for on average
+// in the prompt estimate: real tokenizers average 3–5 bytes per token on
+// prose and code, so bytes/8 undercounts, and a prompt refused on it is
+// certainly too long. (The runtime offers no tokenizer to count exactly.)
+const bytesPerToken = 8
+
+// bodyBytesPerToken sizes the default body limit from the context length:
+// room for JSON escaping, tool schemas and message structure around text
+// of bytesPerToken per token.
+const bodyBytesPerToken = 4 * bytesPerToken
+
+// minDerivedBodyBytes is the smallest default body limit, and the limit
+// while the model's context length is not known yet.
+const minDerivedBodyBytes = 1 << 20
+
+// limits returns what the served model can take, asking the runtime once
+// (and again after a failure).
+func (s *served) limits(ctx context.Context) llm.Limits {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	if s.limKnown {
+		return s.lim
+	}
+	lr, ok := s.rt.(llm.Limited)
+	if !ok {
+		s.limKnown = true
+		return s.lim
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := lr.Limits(ctx)
+	if err != nil {
+		return llm.Limits{}
+	}
+	s.lim, s.limKnown = l, true
+	return l
+}
+
+// knownLimits returns the limits if they are known already, without asking.
+func (s *served) knownLimits() llm.Limits {
+	s.limMu.Lock()
+	defer s.limMu.Unlock()
+	return s.lim
+}
+
+// bodyLimit is the largest request body: --max-body-bytes if set, else
+// bodyBytesPerToken per token of the served model's context, at least
+// minDerivedBodyBytes.
+func (a *API) bodyLimit() int {
+	if a.cfg.MaxBodyBytes > 0 {
+		return a.cfg.MaxBodyBytes
+	}
+	n := minDerivedBodyBytes
+	if s := a.gate.cur.Load(); s != nil {
+		n = max(n, bodyBytesPerToken*s.knownLimits().ContextLength)
+	}
+	return n
+}
+
+// maxBodyCeiling is fasthttp's own limit: no derived limit goes above it.
+const maxBodyCeiling = 64 << 20
+
+// promptBytes is the text of a request the model reads: messages, tool
+// calls and tool definitions.
+func promptBytes(r *llm.Request) int {
+	n := len(r.Format)
+	for _, m := range r.Messages {
+		n += len(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += len(tc.Name) + len(tc.Arguments)
+		}
+	}
+	for _, t := range r.Tools {
+		n += len(t.Name) + len(t.Description) + len(t.Parameters)
+	}
+	return n
+}
+
+// checkLimits refuses a request the model cannot take, before the runtime
+// sees it: logprobs from a runtime that cannot give them (400 naming
+// logprobs), a prompt that is certainly longer than the context (400
+// context_length_exceeded, as OpenAI answers), or max_tokens above the
+// deployment's output cap (400 naming max_tokens). A request that names no
+// max_tokens gets the model's own num_predict capped at the output cap, so
+// no generation runs past it.
+func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *openai.Error {
+	l := s.limits(ctx)
+	if r.Options.Logprobs && !l.Logprobs {
+		// Found by asking the runtime (llm.Limits), not from its version.
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
+			Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
+	}
+	if l.ContextLength > 0 {
+		if est := promptBytes(r) / bytesPerToken; est > l.ContextLength {
+			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "context_length_exceeded", Param: "messages",
+				Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in at least %d tokens (estimated). Please reduce the length of the messages.",
+					l.ContextLength, est)}
+		}
+	}
+	limit := a.cfg.MaxOutputTokens
+	if limit <= 0 {
+		limit = l.ContextLength
+	}
+	if limit <= 0 {
+		return nil
+	}
+	o := &r.Options
+	switch {
+	case o.MaxTokens != nil && *o.MaxTokens > limit:
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "invalid_value", Param: "max_tokens",
+			Message: "max_tokens is too large: " + strconv.Itoa(*o.MaxTokens) + ". This deployment supports at most " + strconv.Itoa(limit) + " completion tokens."}
+	case o.MaxTokens == nil && (l.NumPredict <= 0 || l.NumPredict > limit):
+		o.MaxTokens = &limit
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package deployapi
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/llm/fake"
+)
+
+func chatBody(content, extra string) string {
+	return `{"model":"hearth-tiny","messages":[{"role":"user","content":"` + content + `"}]` + extra + `}`
+}
+
+// A prompt certainly longer than the model's context is refused before the
+// runtime sees it, with OpenAI's context_length_exceeded.
+func TestPromptOverTheContextIs400(t *testing.T) {
+	ta := startAPI(t, fake.Config{Limits: llm.Limits{ContextLength: 100}}, nil)
+	resp := ta.post(t, chatBody(strings.Repeat("a", 8*101), ""), nil)
+	e := errorOf(t, resp)
+	if resp.StatusCode != 400 || e["code"] != "context_length_exceeded" || e["param"] != "messages" {
+		t.Fatalf("%d %v", resp.StatusCode, e)
+	}
+	if ta.rt.LastRequest() != nil {
+		t.Fatal("the runtime was called")
+	}
+	if resp := ta.post(t, chatBody(strings.Repeat("a", 8*99), ""), nil); resp.StatusCode != 200 {
+		t.Fatalf("a prompt within the context: %d", resp.StatusCode)
+	}
+}
+
+// max_tokens above the deployment's cap is a 400 naming max_tokens; a
+// request naming none is capped, unless the model's own num_predict is
+// lower.
+func TestOutputCap(t *testing.T) {
+	for name, c := range map[string]struct {
+		lim     llm.Limits
+		cfgCap  int
+		extra   string
+		status  int
+		sentMax int // the max_tokens the runtime got; 0: none
+	}{
+		"huge max_tokens":                      {llm.Limits{ContextLength: 2048}, 0, `,"max_tokens":2147483647`, 400, 0},
+		"huge completion tokens":               {llm.Limits{ContextLength: 2048}, 0, `,"max_completion_tokens":4096`, 400, 0},
+		"within the context":                   {llm.Limits{ContextLength: 2048}, 0, `,"max_tokens":2048`, 200, 2048},
+		"over the configured cap":              {llm.Limits{ContextLength: 2048}, 50, `,"max_tokens":51`, 400, 0},
+		"none: the cap":                        {llm.Limits{ContextLength: 2048}, 0, ``, 200, 2048},
+		"none: a lower num_predict stays":      {llm.Limits{ContextLength: 2048, NumPredict: 64}, 0, ``, 200, 0},
+		"none: a higher num_predict is capped": {llm.Limits{ContextLength: 2048, NumPredict: 40960}, 0, ``, 200, 2048},
+		"unknown limits":                       {llm.Limits{}, 0, `,"max_tokens":2147483647`, 200, 2147483647},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ta := startAPI(t, fake.Config{Limits: c.lim}, func(cfg *APIConfig) { cfg.MaxOutputTokens = c.cfgCap })
+			resp := ta.post(t, chatBody("hi", c.extra), nil)
+			if resp.StatusCode != c.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.status)
+			}
+			if c.status == 400 {
+				if e := errorOf(t, resp); e["param"] != "max_tokens" {
+					t.Fatalf("error %v", e)
+				}
+				return
+			}
+			got := ta.rt.LastRequest().Options.MaxTokens
+			if (c.sentMax == 0) != (got == nil) || got != nil && *got != c.sentMax {
+				t.Fatalf("runtime got max_tokens %v, want %d", got, c.sentMax)
+			}
+		})
+	}
+}
+
+// Without --max-body-bytes the body limit follows the context length: 32
+// bytes per token, at least 1 MiB.
+func TestBodyLimitFollowsTheContext(t *testing.T) {
+	body := chatBody(strings.Repeat("a", 5<<20), "")
+	for name, c := range map[string]struct {
+		ctx    int
+		status int
+	}{
+		"small context: the 1 MiB floor": {2048, 413},
+		"large context":                  {256 << 10, 400}, // read, then too long for the context
+	} {
+		t.Run(name, func(t *testing.T) {
+			ta := startAPI(t, fake.Config{Limits: llm.Limits{ContextLength: c.ctx}}, func(cfg *APIConfig) { cfg.MaxBodyBytes = 0 })
+			ta.post(t, chatBody("hi", ""), nil).Body.Close() // the limits are known from here on
+			resp := ta.post(t, body, map[string]string{"Content-Type": "application/json"})
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Fatalf("5 MiB body: %d, want %d", resp.StatusCode, c.status)
+			}
+		})
+	}
+}
+
+// abandoned is a runtime error whose runtime goes on working until done
+// is closed.
+type abandoned struct{ done chan struct{} }
+
+func (abandoned) Error() string                  { return "model runtime timed out" }
+func (abandoned) Unwrap() error                  { return llm.ErrTimeout }
+func (a abandoned) RuntimeDone() <-chan struct{} { return a.done }
+
+// A request the runtime goes on with after hearthd gave up (504) keeps its
+// slot until the runtime is done: meanwhile a new request finds every
+// slot taken.
+func TestAbandonedRequestKeepsItsSlot(t *testing.T) {
+	ab := abandoned{done: make(chan struct{})}
+	ta := startAPI(t, fake.Config{ChatErr: ab}, func(c *APIConfig) { c.MaxConcurrent, c.MaxQueue = 1, 0 })
+	if resp := ta.post(t, chatBody("hi", ""), nil); resp.StatusCode != 504 {
+		t.Fatalf("first: %d, want 504", resp.StatusCode)
+	}
+	ta.rt.SetConfig(fake.Config{})
+	if resp := ta.post(t, chatBody("hi", ""), nil); resp.StatusCode != 429 {
+		t.Fatalf("while the runtime still works: %d, want 429", resp.StatusCode)
+	}
+	close(ab.done)
+	testutil.WaitFor(t, 10*time.Second, "the slot to be freed", func() bool {
+		resp := ta.post(t, chatBody("hi", ""), nil)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// logprobs are relayed where the runtime gives them, streamed and not, and
+// refused with a 400 naming logprobs where it cannot.
+func TestLogprobs(t *testing.T) {
+	t.Run("runtime without", func(t *testing.T) {
+		ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 2}, nil)
+		resp := ta.post(t, chatBody("hi", `,"logprobs":true`), nil)
+		if e := errorOf(t, resp); resp.StatusCode != 400 || e["param"] != "logprobs" {
+			t.Fatalf("%d %v", resp.StatusCode, e)
+		}
+		if ta.rt.LastRequest() != nil {
+			t.Fatal("the runtime was called")
+		}
+	})
+	ta := startAPI(t, fake.Config{Tokens: []string{"a", "b"}, TokenCount: 2, Limits: llm.Limits{Logprobs: true}}, nil)
+	resp := ta.post(t, chatBody("hi", `,"logprobs":true,"top_logprobs":2`), nil)
+	m := decodeJSON(t, resp.Body)
+	content := m["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["content"].([]any)
+	if len(content) != 2 || content[0].(map[string]any)["token"] != "a" || content[1].(map[string]any)["logprob"] != -1.0 {
+		t.Fatalf("logprobs %v", content)
+	}
+	if o := ta.rt.LastRequest().Options; !o.Logprobs || o.TopLogprobs != 2 {
+		t.Fatalf("runtime options %+v", o)
+	}
+	resp = ta.post(t, chatBody("hi", `,"stream":true,"logprobs":true`), nil)
+	var tokens []string
+	for _, ev := range readSSE(t, resp.Body) {
+		if ev.data == "[DONE]" {
+			continue
+		}
+		ch := chunkOf(t, ev)["choices"].([]any)
+		if len(ch) == 0 {
+			continue
+		}
+		if lp, ok := ch[0].(map[string]any)["logprobs"].(map[string]any); ok {
+			for _, c := range lp["content"].([]any) {
+				tokens = append(tokens, c.(map[string]any)["token"].(string))
+			}
+		}
+	}
+	if strings.Join(tokens, "") != "ab" {
+		t.Fatalf("streamed logprob tokens %q", tokens)
+	}
+}

@@ -1,0 +1,133 @@
+// Package certtest issues throw-away certificates for 127.0.0.1 and lays
+// them out on disk the way certbot does, for tests of TLS listeners that
+// reload their certificate.
+package certtest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CA issues server certificates for 127.0.0.1. Pool trusts only it.
+type CA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	Pool *x509.CertPool
+}
+
+// NewCA makes a CA valid for a day.
+func NewCA(t testing.TB) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1000),
+		Subject:               pkix.Name{CommonName: "hearth test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{cert: cert, key: key, Pool: pool}
+}
+
+// PEM is the CA's certificate, for a client's CA file.
+func (ca *CA) PEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw})
+}
+
+// Issue returns a PEM certificate and key for 127.0.0.1 with this serial.
+func (ca *CA) Issue(t testing.TB, serial int64, notAfter time.Time) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-2 * time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+}
+
+// Dir lays files out like certbot: cert.pem and key.pem are symlinks into a
+// versioned archive, swapped on renewal.
+type Dir struct {
+	dir     string
+	version int
+}
+
+// NewDir returns an empty Dir in a test temporary directory.
+func NewDir(t testing.TB) *Dir { return &Dir{dir: t.TempDir()} }
+
+// Cert is the path of the certificate symlink.
+func (d *Dir) Cert() string { return filepath.Join(d.dir, "cert.pem") }
+
+// Key is the path of the key symlink.
+func (d *Dir) Key() string { return filepath.Join(d.dir, "key.pem") }
+
+// Renew writes a new version and swaps the symlinks to it, one at a time
+// as certbot does.
+func (d *Dir) Renew(t testing.TB, certPEM, keyPEM []byte) {
+	t.Helper()
+	d.version++
+	for _, f := range []struct {
+		link string
+		name string
+		data []byte
+	}{{d.Cert(), "cert", certPEM}, {d.Key(), "key", keyPEM}} {
+		target := filepath.Join(d.dir, "archive", f.name+strings.Repeat("I", d.version)+".pem")
+		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(target, f.data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tmp := f.link + ".tmp"
+		_ = os.Remove(tmp)
+		if err := os.Symlink(target, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, f.link); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

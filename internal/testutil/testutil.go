@@ -1,0 +1,88 @@
+// Package testutil holds the small helpers many of hearth's tests need:
+// waiting for a condition, a free loopback port, a NOTIFY_SOCKET that
+// collects sd_notify messages, a settable clock, and the root/tool
+// prerequisite check.
+package testutil
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/internal/backoff"
+)
+
+// WaitFor checks cond until it holds and fails the test, naming what it
+// waited for, if it still does not hold after within. Checks start 1 ms
+// apart and back off to 50 ms, so a quick condition is seen at once and a
+// slow one costs little. Use it where a real process or the kernel is
+// involved; code that only uses timers and channels is better tested in a
+// testing/synctest bubble, without waiting at all.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	bo := backoff.Backoff{Min: time.Millisecond, Max: 50 * time.Millisecond}
+	for checks := 1; !cond(); checks++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s (%d checks)", within, what, checks)
+		}
+		time.Sleep(bo.Next())
+	}
+}
+
+// FreeAddr returns "127.0.0.1:port" with a port the kernel just handed out
+// and nothing listens on. Another process may take it before the caller
+// binds it, so prefer listening on port 0 and handing the listener over;
+// this is for programs that can only be told a port.
+func FreeAddr() (string, error) {
+	a, err := freeTCPAddr()
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
+}
+
+// FreePort is FreeAddr's port; it fails the test on error.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	a, err := freeTCPAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Port
+}
+
+func freeTCPAddr() (*net.TCPAddr, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr), nil
+}
+
+// RequireRoot fails the test unless it runs as root and every tool is in
+// PATH: a missing privilege or tool must never read as a pass. Setting the
+// environment variable optOut to 1 skips the test instead, for machines
+// that explicitly cannot run it; "" offers no opt-out.
+func RequireRoot(t testing.TB, optOut string, tools ...string) {
+	t.Helper()
+	if optOut != "" && os.Getenv(optOut) == "1" {
+		t.Skipf("%s=1: test explicitly disabled", optOut)
+	}
+	hint := ""
+	if optOut != "" {
+		hint = fmt.Sprintf(" (or set %s=1 to opt out)", optOut)
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("this test needs root%s", hint)
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("this test needs %s%s: %v", tool, hint, err)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package ollama
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/llm"
+)
+
+// TestRealCancelStopsGeneration proves that stopping a stream stops the
+// model runner within 100 ms: while a long generation runs, the runner burns
+// CPU; from 100 ms after the stop on, over a window at least as long as one
+// in which it burned 10+ ticks while generating, it burns (almost) none.
+func TestRealCancelStopsGeneration(t *testing.T) {
+	ollama.ForEach(t, testRealCancelStopsGeneration)
+}
+
+func testRealCancelStopsGeneration(t *testing.T, inst *ollamatest.Instance) {
+	b := realBackend(t, inst)
+	for _, how := range []string{"context", "close"} {
+		t.Run(how, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := b.Chat(ctx, &llm.Request{Messages: userSays("go on"), Options: llm.Options{MaxTokens: ptr(20000)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+
+			// Keep reading, so the runner is never held back by a
+			// full connection.
+			type end struct {
+				tokens int
+				err    error
+				at     time.Time
+			}
+			ended := make(chan end, 1)
+			go func() {
+				n := 0
+				for {
+					ev, err := s.Recv()
+					if err != nil {
+						ended <- end{n, err, time.Now()}
+						return
+					}
+					if ev.Done {
+						ended <- end{n, errors.New("generation finished before it was stopped"), time.Now()}
+						return
+					}
+					n++
+				}
+			}()
+
+			stopped := ollamatest.ExpectRunnerStops(t, inst.PID(), func() {
+				if how == "context" {
+					cancel()
+				} else {
+					s.Close()
+				}
+			})
+
+			e := <-ended
+			if e.tokens == 0 || e.err == nil || e.at.Sub(stopped) > time.Second {
+				t.Fatalf("stream: %d tokens, ended %v after the stop with %v", e.tokens, e.at.Sub(stopped), e.err)
+			}
+			if how == "context" && !errors.Is(e.err, context.Canceled) {
+				t.Fatalf("Recv error %v, want context.Canceled", e.err)
+			}
+			t.Logf("%d tokens before the stop", e.tokens)
+		})
+	}
+	// The runner is still usable after the stops.
+	_, final := generate(t, b, llm.Options{MaxTokens: ptr(5)})
+	if final.CompletionTokens != 5 {
+		t.Fatalf("after cancellation: %+v", final)
+	}
+}
+
+// TestRealAbandonedRequestEndsOnTheRuntime: a request abandoned before its
+// first token (here by a first-byte timeout far shorter than the prompt
+// takes) reports RuntimeDone only once the runner has stopped: from then
+// on it burns no CPU.
+func TestRealAbandonedRequestEndsOnTheRuntime(t *testing.T) {
+	ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		b := realBackend(t, inst)
+		generate(t, b, llm.Options{MaxTokens: ptr(1)}) // loaded
+		nb := *b
+		nb.cfg.FirstByteTimeout = time.Microsecond
+		slow := &nb
+		_, err := slow.Chat(context.Background(), &llm.Request{Messages: userSays(strings.Repeat("go on and on ", 150)), Options: llm.Options{MaxTokens: ptr(20000)}})
+		var ab llm.Abandoned
+		if !errors.Is(err, llm.ErrTimeout) || !errors.As(err, &ab) {
+			t.Fatalf("err = %v, want an abandoned timeout", err)
+		}
+		select {
+		case <-ab.RuntimeDone():
+		case <-time.After(time.Minute):
+			t.Fatal("not done within a minute")
+		}
+		before, _ := inst.RunnerCPUTicks()
+		time.Sleep(500 * time.Millisecond) // the window CPU use is measured over
+		if after, _ := inst.RunnerCPUTicks(); after-before > 2 {
+			t.Fatalf("runner used %d ticks after RuntimeDone", after-before)
+		}
+	})
+}

@@ -1,0 +1,323 @@
+package ollama
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+
+	"github.com/hearthd/hearth/llm"
+)
+
+// stream reads Ollama's NDJSON answer in the caller's goroutine, no
+// goroutine or channel in between. Lines are read from a bufio.Reader in
+// place; the common token line is decoded by fastTokenLine, which allocates
+// only the token's text, and every other line by encoding/json.
+type stream struct {
+	b      *Backend
+	ctx    context.Context // the request's; its cause says why it ended
+	cancel context.CancelCauseFunc
+	body   io.ReadCloser
+	br     *bufio.Reader
+	long   []byte   // assembles a line longer than br's buffer
+	line   chatLine // the last line read, reused for every line
+
+	// Events decoded from one line, waiting to be returned. A line yields
+	// at most two: its content or tool calls, and the final event.
+	pending [2]llm.Event
+	head, n int
+
+	stopAfter func() bool // unregisters the caller's cancellation hook
+
+	toolCalls bool // tool calls seen; the finish reason is tool_calls
+	done      bool // final event decoded
+	err       error
+
+	closeOnce sync.Once
+}
+
+// lineBufSize is the stream's read buffer, held by every running stream.
+// A token line is ~130 bytes, so a burst of a dozen tokens fits and is
+// relayed with one write (see Buffered); a longer line (tool calls) is
+// assembled in stream.long. The transport's own read buffer sits below it.
+const lineBufSize = 2 << 10
+
+// chatLine is the part of api.ChatResponse the stream needs. Decoding into
+// it skips the timestamps and the lower-casing api.Message does per token,
+// and keeps tool call arguments as the model wrote them.
+type chatLine struct {
+	Message struct {
+		Content   string `json:"content"`
+		ToolCalls []struct {
+			Function struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
+	} `json:"message"`
+	Logprobs        []lineLogprob `json:"logprobs"`
+	Done            bool          `json:"done"`
+	DoneReason      string        `json:"done_reason"`
+	PromptEvalCount int           `json:"prompt_eval_count"`
+	EvalCount       int           `json:"eval_count"`
+	Error           string        `json:"error"`
+}
+
+// lineLogprob is one token's log probability as Ollama sends it: bytes
+// as an array of numbers.
+type lineLogprob struct {
+	Token       string  `json:"token"`
+	Logprob     float64 `json:"logprob"`
+	Bytes       []int   `json:"bytes"`
+	TopLogprobs []struct {
+		Token   string  `json:"token"`
+		Logprob float64 `json:"logprob"`
+		Bytes   []int   `json:"bytes"`
+	} `json:"top_logprobs"`
+}
+
+func byteSlice(b []int) []byte {
+	if b == nil {
+		return nil
+	}
+	out := make([]byte, len(b))
+	for i, v := range b {
+		out[i] = byte(v)
+	}
+	return out
+}
+
+func logprobsOf(l []lineLogprob) []llm.TokenLogprob {
+	if len(l) == 0 {
+		return nil
+	}
+	out := make([]llm.TokenLogprob, len(l))
+	for i, t := range l {
+		out[i] = llm.TokenLogprob{Token: t.Token, Logprob: t.Logprob, Bytes: byteSlice(t.Bytes)}
+		for _, a := range t.TopLogprobs {
+			out[i].TopLogprobs = append(out[i].TopLogprobs, llm.TopLogprob{Token: a.Token, Logprob: a.Logprob, Bytes: byteSlice(a.Bytes)})
+		}
+	}
+	return out
+}
+
+// streamError is an error Ollama reported inside the stream.
+type streamError struct{ msg string }
+
+func (e *streamError) Error() string { return "model runtime error: " + e.msg }
+
+// next reads the next non-blank line into s.line.
+func (s *stream) next() error {
+	for {
+		line, err := s.readLine()
+		if err != nil {
+			return err
+		}
+		if err := s.parse(line); err != errBlank {
+			return err
+		}
+	}
+}
+
+// errBlank marks a line holding only whitespace, which NDJSON allows.
+var errBlank = errors.New("blank line")
+
+// parse decodes one line into s.line.
+func (s *stream) parse(line []byte) error {
+	s.line = chatLine{}
+	if content, ok := fastTokenLine(line); ok {
+		s.line.Message.Content = content
+		return nil
+	}
+	if isBlank(line) {
+		return errBlank
+	}
+	return json.Unmarshal(line, &s.line)
+}
+
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// readLine returns the next line, '\n' included, valid until the next read.
+func (s *stream) readLine() ([]byte, error) {
+	line, err := s.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		s.long = append(s.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = s.br.ReadSlice('\n')
+			s.long = append(s.long, line...)
+		}
+		line = s.long
+		if cap(s.long) > 64<<10 {
+			s.long = nil // a rare huge line: do not keep its buffer
+		}
+	}
+	switch {
+	case err == nil:
+		return line, nil
+	case err == io.EOF && len(line) > 0 && !isBlank(line):
+		// The answer ended without a newline: the line stands if it
+		// is whole, otherwise the stream was cut in the middle of it.
+		if json.Valid(line) {
+			return line, nil
+		}
+		return nil, io.ErrUnexpectedEOF
+	}
+	return nil, err
+}
+
+var _ llm.Buffered = (*stream)(nil)
+
+// Buffered implements runtime.Buffered: it reports whether Recv will
+// return an event without waiting on the runtime. Lines already complete
+// in the read buffer are decoded ahead until one yields an event, so a
+// line without one (empty content) cannot make the caller hold back what
+// it has while Recv then waits on the network.
+func (s *stream) Buffered() bool {
+	for s.n == 0 && s.err == nil && !s.done {
+		buf, _ := s.br.Peek(s.br.Buffered()) // never reads: n <= Buffered
+		if bytes.IndexByte(buf, '\n') < 0 {
+			return false
+		}
+		line, err := s.br.ReadSlice('\n') // a whole line is buffered: no read
+		if err == nil {
+			err = s.parse(line)
+		}
+		switch {
+		case err == errBlank:
+		case err != nil:
+			s.fail(s.readError(err))
+		default:
+			if err := s.decode(&s.line); err != nil {
+				s.fail(err)
+			}
+		}
+	}
+	return s.n > 0
+}
+
+// decode queues the events of one line.
+func (s *stream) decode(l *chatLine) error {
+	if l.Error != "" {
+		return &streamError{msg: l.Error}
+	}
+	if l.Message.Content != "" || len(l.Message.ToolCalls) > 0 || len(l.Logprobs) > 0 {
+		ev := llm.Event{Content: l.Message.Content, Logprobs: logprobsOf(l.Logprobs)}
+		if len(l.Message.ToolCalls) > 0 {
+			s.toolCalls = true
+			ev.ToolCalls = make([]llm.ToolCall, len(l.Message.ToolCalls))
+			for i, tc := range l.Message.ToolCalls {
+				args := tc.Function.Arguments
+				if len(args) == 0 || string(args) == "null" {
+					args = json.RawMessage("{}")
+				}
+				ev.ToolCalls[i] = llm.ToolCall{ID: newCallID(), Name: tc.Function.Name, Arguments: args}
+			}
+		}
+		s.push(ev)
+	}
+	if l.Done {
+		finish := llm.FinishStop
+		switch {
+		case l.DoneReason == "length":
+			finish = llm.FinishLength
+		case s.toolCalls:
+			finish = llm.FinishToolCalls
+		}
+		s.done = true
+		s.push(llm.Event{
+			Done:             true,
+			FinishReason:     finish,
+			PromptTokens:     l.PromptEvalCount,
+			CompletionTokens: l.EvalCount,
+		})
+	}
+	return nil
+}
+
+func (s *stream) push(ev llm.Event) {
+	s.pending[(s.head+s.n)%len(s.pending)] = ev
+	s.n++
+}
+
+// Recv implements llm.Stream.
+func (s *stream) Recv() (llm.Event, error) {
+	for {
+		if s.n > 0 {
+			ev := s.pending[s.head]
+			s.pending[s.head] = llm.Event{}
+			s.head = (s.head + 1) % len(s.pending)
+			s.n--
+			if ev.Done {
+				s.finish()
+			}
+			return ev, nil
+		}
+		if s.err != nil {
+			return llm.Event{}, s.err
+		}
+		if s.done {
+			return llm.Event{}, io.EOF
+		}
+		if err := s.next(); err != nil {
+			return llm.Event{}, s.fail(s.readError(err))
+		}
+		if err := s.decode(&s.line); err != nil {
+			return llm.Event{}, s.fail(err)
+		}
+	}
+}
+
+func (s *stream) readError(err error) error {
+	if cause := context.Cause(s.ctx); cause != nil {
+		return fmt.Errorf("ollama: generation stopped: %w", cause)
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%w: model runtime at %s: stream broken: %w", llm.ErrUnavailable, s.b.base, err)
+}
+
+func (s *stream) fail(err error) error {
+	s.err = err
+	s.Close()
+	return err
+}
+
+// finish releases the connection after the final event. Draining the
+// (already ended) body lets the transport reuse the connection.
+func (s *stream) finish() {
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.body, 4<<10))
+	s.Close()
+}
+
+// Close implements llm.Stream. Cancelling the request closes the
+// connection, and Ollama stops generating when its client goes away.
+func (s *stream) Close() error {
+	s.closeOnce.Do(func() {
+		if s.stopAfter != nil {
+			s.stopAfter()
+		}
+		s.cancel(context.Canceled)
+		if s.body != nil {
+			s.body.Close()
+		}
+	})
+	return nil
+}
+
+func newCallID() string {
+	return "call_" + strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64()>>32, 36)
+}

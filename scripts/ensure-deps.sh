@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# ensure-deps.sh [PACKAGE...] — the Debian packages `make test` needs (or
+# just those given), installed if missing.
+#
+# As root it installs what is missing (apt-get update + install, quietly) and
+# says what it installed; as another user it prints the exact apt-get line
+# and fails. With everything present it prints nothing and touches nothing.
+# Go itself is not an apt package here (Debian 12 ships 1.19): it must be on
+# PATH already.
+set -euo pipefail
+
+# package            needed for
+pkgs=(
+  make               # the entry points
+  curl ca-certificates git
+  gcc g++ libc6-dev  # cgo: -race, and building Ollama
+  nlohmann-json3-dev libstb-dev # headers current Ollama's C++ includes
+  iproute2 nftables util-linux  # firewall tests in network namespaces (ip, nft, unshare)
+  openssh-client openssh-server passwd # fingerprints, a real sshd, test users
+  prometheus         # promtool and a real scrape
+  systemd            # systemd-analyze verify/security, deb-systemd-helper
+  lintian dpkg-dev debhelper # the .deb
+  nginx              # the reverse proxy in benchmarks and tests (internal/nginxtest)
+  postgresql         # a private PostgreSQL in tests (internal/pgtest)
+)
+# Node may come from elsewhere (nodesource, nvm): only ask for Debian's when
+# there is none.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  pkgs+=(nodejs npm)
+fi
+[ $# -eq 0 ] || pkgs=("$@")
+
+missing=()
+for p in "${pkgs[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+
+go_ok=1
+if ! command -v go >/dev/null; then
+  echo "ensure-deps: go is not on PATH; install Go $(sed -n 's/^go //p' "$(dirname "$0")/../go.mod") or newer from https://go.dev/dl/" >&2
+  go_ok=0
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  [ $go_ok = 1 ]; exit
+fi
+
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" != 0 ]; then
+  echo "ensure-deps: missing Debian packages; as root run:" >&2
+  echo "  apt-get update && $line" >&2
+  exit 1
+fi
+echo "ensure-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ $go_ok = 1 ]
