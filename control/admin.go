@@ -40,7 +40,7 @@ type NodeInfo struct {
 
 // CreateEnrollmentToken stores a new enrollment token good for uses
 // enrollments within ttl.
-func CreateEnrollmentToken(st *store.Store, uses int, ttl time.Duration, now time.Time) (NewEnrollmentToken, error) {
+func CreateEnrollmentToken(st store.KV, uses int, ttl time.Duration, now time.Time) (NewEnrollmentToken, error) {
 	if uses < 1 {
 		return NewEnrollmentToken{}, errors.New("an enrollment token needs at least one use")
 	}
@@ -57,7 +57,7 @@ func CreateEnrollmentToken(st *store.Store, uses int, ttl time.Duration, now tim
 }
 
 // ListNodes returns every enrolled node.
-func ListNodes(st *store.Store) ([]NodeInfo, error) {
+func ListNodes(st store.KV) ([]NodeInfo, error) {
 	out := []NodeInfo{}
 	err := store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) {
 		out = append(out, NodeInfo{ID: n.ID, Hostname: n.Hostname, Hardware: n.Hardware, ServerID: n.ServerID,
@@ -93,9 +93,11 @@ func (s *Server) AdminHandler() http.Handler {
 			writeError(w, e)
 			return
 		}
-		s.mu.Lock()
-		p, err := CreateProject(s.st, req.Name, s.now())
-		s.mu.Unlock()
+		var p Project
+		err := s.locked(r.Context(), func(w store.KV) (err error) {
+			p, err = CreateProject(w, req.Name, s.now())
+			return err
+		})
 		if err == nil {
 			s.projMu.Lock()
 			s.projNames[p.ID] = p.Name
@@ -113,9 +115,11 @@ func (s *Server) AdminHandler() http.Handler {
 			writeError(w, e)
 			return
 		}
-		s.mu.Lock()
-		t, err := CreateToken(s.st, req, s.now())
-		s.mu.Unlock()
+		var t NewAPIToken
+		err := s.locked(r.Context(), func(w store.KV) (err error) {
+			t, err = CreateToken(w, req, s.now())
+			return err
+		})
 		s.adminAnswer(w, http.StatusCreated, t, err)
 	})
 	mux.HandleFunc("GET /admin/tokens", func(w http.ResponseWriter, r *http.Request) {
@@ -126,9 +130,7 @@ func (s *Server) AdminHandler() http.Handler {
 		s.adminAnswer(w, http.StatusOK, tokens, err)
 	})
 	mux.HandleFunc("DELETE /admin/tokens/{id}", func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		err := RevokeToken(s.st, r.PathValue("id"))
-		s.mu.Unlock()
+		err := s.locked(r.Context(), func(w store.KV) error { return RevokeToken(w, r.PathValue("id")) })
 		if err == nil {
 			s.forgetToken(r.PathValue("id"))
 		}
@@ -140,7 +142,15 @@ func (s *Server) AdminHandler() http.Handler {
 			writeError(w, e)
 			return
 		}
-		t, err := CreateEnrollmentToken(s.st, req.Uses, time.Duration(req.TTLSeconds*float64(time.Second)), s.now())
+		var t NewEnrollmentToken
+		err := s.locked(r.Context(), func(w store.KV) (err error) {
+			t, err = CreateEnrollmentToken(w, req.Uses, time.Duration(req.TTLSeconds*float64(time.Second)), s.now())
+			return err
+		})
+		if ae := storeFailure(err); ae != nil {
+			writeError(w, ae)
+			return
+		}
 		if err != nil {
 			writeError(w, invalid("", "%v", err))
 			return
@@ -168,6 +178,8 @@ func (s *Server) adminAnswer(w http.ResponseWriter, status int, v any, err error
 		writeError(w, conflict("name", "%v", err))
 	case errors.Is(err, ErrInvalid):
 		writeError(w, invalid("", "%v", err))
+	case storeFailure(err) != nil:
+		writeError(w, storeFailure(err))
 	default:
 		s.log.Error("admin request failed", "request_id", w.Header().Get("X-Request-Id"), "err", err)
 		writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})

@@ -78,8 +78,12 @@ func (s *Server) api(h apiFunc) http.HandlerFunc {
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			s.mu.Lock()
-			defer s.mu.Unlock()
+			unlock, err := s.lock(r.Context())
+			if err != nil {
+				s.internal(w, rc, err)
+				return
+			}
+			defer unlock()
 		}
 		rc.now = s.now()
 
@@ -211,6 +215,10 @@ func checkIdempotencyKey(k string) *apiError {
 
 func (s *Server) internal(w http.ResponseWriter, rc *reqCtx, err error) {
 	s.log.Error("management API request failed", "request_id", rc.requestID, "err", err)
+	if ae := storeFailure(err); ae != nil {
+		writeError(w, ae)
+		return
+	}
 	writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal,
 		message: "internal error; the request ID identifies it in the control plane's log"})
 }
@@ -238,6 +246,9 @@ func (s *Server) authenticate(r *http.Request) (tokenRec, *apiError) {
 	if err := s.st.Get(pfxAPIToken+h, &tok); err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			s.log.Error("look up API token", "err", err)
+			if ae := storeFailure(err); ae != nil {
+				return tokenRec{}, ae
+			}
 		}
 		return tokenRec{}, errUnauthorized
 	}

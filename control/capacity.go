@@ -66,7 +66,7 @@ func (s *Server) pickNode(chip string, ram, storage int) (nodeRec, bool, error) 
 // start: it covers state written before the index existed, at the cost of
 // one scan of the nodes per start.
 func (s *Server) rebuildFreeIndex() error {
-	b := s.st.NewBatch()
+	b := s.w.NewBatch()
 	err := s.st.Scan(pfxFree, "", false, func(key string, _ []byte) (bool, error) {
 		b.Delete(key)
 		return true, nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/hearthd/hearth/internal/textcheck"
+	"github.com/hearthd/hearth/store"
 )
 
 // Error codes of the management API.
@@ -27,6 +28,7 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeInternal            = "internal_error"
+	CodeUnavailable         = "unavailable"
 )
 
 // apiError is an error answer. Handlers return it; anything else they return
@@ -48,6 +50,20 @@ func invalid(param, format string, args ...any) *apiError {
 
 func notFound(param, format string, args ...any) *apiError {
 	return &apiError{status: http.StatusNotFound, code: CodeNotFound, message: fmt.Sprintf(format, clipArgs(args)...), param: clip(param)}
+}
+
+// errUnavailable answers a request the database cannot serve now: nothing
+// changed, and the same request may be sent again.
+var errUnavailable = &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, retryAfter: 1,
+	message: "the control plane's database is unavailable; nothing was changed, retry after the Retry-After delay"}
+
+// storeFailure is the answer for a store error: 503 if the database is
+// out of reach, else nil (an internal error).
+func storeFailure(err error) *apiError {
+	if errors.Is(err, store.ErrUnavailable) {
+		return errUnavailable
+	}
+	return nil
 }
 
 func conflict(param, format string, args ...any) *apiError {

@@ -164,7 +164,7 @@ func (s *Server) loadRule(r *http.Request, rc *reqCtx) (serverRec, ruleRec, erro
 // missing record and another server's record are all store.ErrNotFound,
 // the last two from the same one read: another server's records are not
 // in this server's index.
-func loadOwned[T any](st *store.Store, id, prefix, idx, serverID string) (T, error) {
+func loadOwned[T any](st store.KV, id, prefix, idx, serverID string) (T, error) {
 	var rec T
 	if !validID(id, prefix) {
 		return rec, store.ErrNotFound

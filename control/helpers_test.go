@@ -193,7 +193,8 @@ type env struct {
 	t     testing.TB
 	dir   string
 	cfg   control.Config
-	st    *store.Store
+	st    store.KV
+	dbURL string // the test's PostgreSQL database, on that backend
 	srv   *control.Server
 	ts    *httptest.Server
 	token string
@@ -222,10 +223,7 @@ func newEnv(t testing.TB, mod func(*control.Config)) *env {
 
 func (e *env) start() {
 	e.t.Helper()
-	st, err := store.Open(filepath.Join(e.dir, "db"), store.Options{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	st := openBackend(e.t, e.dir, &e.dbURL)
 	cfg := e.cfg
 	cfg.Store = st
 	srv, err := control.New(cfg)

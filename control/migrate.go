@@ -39,7 +39,7 @@ const (
 // under ctl/p/<default>/; rules, API keys and tokens get their project
 // (tokens their scope, read-write as before); the rule and API key ID
 // indexes become per server; assigned nodes note their server's project.
-func Migrate(st *store.Store, now time.Time) error {
+func Migrate(st store.KV, now time.Time) error {
 	var v int
 	switch err := st.Get(keySchema, &v); {
 	case err == nil && v == schemaVersion:
@@ -72,8 +72,8 @@ func Migrate(st *store.Store, now time.Time) error {
 // migration is one run of Migrate: it reads the state as it is and stages
 // the new layout in one batch, which the reads do not see.
 type migration struct {
-	st      *store.Store
-	b       *store.Batch
+	st      store.KV
+	b       store.Batch
 	project string // the default project, the owner of everything there is
 }
 

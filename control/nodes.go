@@ -42,8 +42,12 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := bearer(r)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock(r.Context())
+	if err != nil {
+		s.nodeInternal(w, err)
+		return
+	}
+	defer unlock()
 	now := s.now()
 	var enr enrollmentRec
 	key := pfxEnrollment + hashSecret(tok)
@@ -51,6 +55,10 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		!hashesEqual(enr.Hash, hashSecret(tok)) || enr.UsesLeft <= 0 || !now.Before(enr.ExpiresAt) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			s.log.Error("look up enrollment token", "err", err)
+			if ae := storeFailure(err); ae != nil {
+				writeError(w, ae)
+				return
+			}
 		}
 		writeError(w, &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing, used up or expired enrollment token"})
 		return
@@ -62,7 +70,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	enr.UsesLeft--
 	m.orig[id] = "" // new: not in the pool index yet
 	m.saveNode(&node)
-	err := m.put(pfxNodeCred+node.CredentialHash, id)
+	err = m.put(pfxNodeCred+node.CredentialHash, id)
 	if err == nil {
 		if enr.UsesLeft > 0 {
 			err = m.put(key, enr)
@@ -85,6 +93,10 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) nodeInternal(w http.ResponseWriter, err error) {
 	s.log.Error("node protocol request failed", "request_id", w.Header().Get("X-Request-Id"), "err", err)
+	if ae := storeFailure(err); ae != nil {
+		writeError(w, ae)
+		return
+	}
 	writeError(w, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 }
 
@@ -98,11 +110,18 @@ func (s *Server) authNode(r *http.Request) (string, *apiError) {
 	}
 	h := hashSecret(cred)
 	var id string
+	// A database out of reach must not look like a revoked credential.
 	if err := s.st.Get(pfxNodeCred+h, &id); err != nil {
+		if ae := storeFailure(err); ae != nil {
+			return "", ae
+		}
 		return "", unauthorized
 	}
 	var n nodeRec
 	if err := s.st.Get(pfxNode+id, &n); err != nil || !hashesEqual(n.CredentialHash, h) {
+		if ae := storeFailure(err); ae != nil {
+			return "", ae
+		}
 		return "", unauthorized
 	}
 	s.seenMu.Lock()
@@ -273,8 +292,12 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		}
 		o.IP = a.Unmap().String()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock(r.Context())
+	if err != nil {
+		s.nodeInternal(w, err)
+		return
+	}
+	defer unlock()
 	now := s.now()
 	m := s.begin()
 	n, err := m.node(id)

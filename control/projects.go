@@ -75,7 +75,7 @@ func opErr(kind error, format string, args ...any) error {
 // part of a deployment URL, see "{project}") and unique. The store-level
 // functions here serve the CLI while the server is down and, through its
 // admin socket, while it runs (under its change lock).
-func CreateProject(st *store.Store, name string, now time.Time) (Project, error) {
+func CreateProject(st store.KV, name string, now time.Time) (Project, error) {
 	if err := Migrate(st, now); err != nil {
 		return Project{}, err
 	}
@@ -105,7 +105,7 @@ func CreateProject(st *store.Store, name string, now time.Time) (Project, error)
 }
 
 // ListProjects returns every project, oldest first.
-func ListProjects(st *store.Store) ([]Project, error) {
+func ListProjects(st store.KV) ([]Project, error) {
 	if err := Migrate(st, time.Now()); err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func sortByCreation[T any](items []T, key func(T) (time.Time, string)) {
 }
 
 // findProject resolves a project by ID or name.
-func findProject(st *store.Store, ref string) (projectRec, error) {
+func findProject(st store.KV, ref string) (projectRec, error) {
 	var p projectRec
 	id := ref
 	if !validID(ref, prefixProject) {
@@ -155,7 +155,7 @@ func findProject(st *store.Store, ref string) (projectRec, error) {
 }
 
 // CreateToken stores a new management API token for a project.
-func CreateToken(st *store.Store, spec TokenSpec, now time.Time) (NewAPIToken, error) {
+func CreateToken(st store.KV, spec TokenSpec, now time.Time) (NewAPIToken, error) {
 	if err := Migrate(st, now); err != nil {
 		return NewAPIToken{}, err
 	}
@@ -196,13 +196,13 @@ func CreateToken(st *store.Store, spec TokenSpec, now time.Time) (NewAPIToken, e
 
 // CreateAPIToken stores a new read-write token in the default project: the
 // one project of a state used by a single customer, and of tests.
-func CreateAPIToken(st *store.Store, name string, now time.Time) (NewAPIToken, error) {
+func CreateAPIToken(st store.KV, name string, now time.Time) (NewAPIToken, error) {
 	return CreateToken(st, TokenSpec{Project: DefaultProject, Name: name}, now)
 }
 
 // ListTokens returns the tokens of one project (by ID or name), or of all
 // projects when project is "", oldest first.
-func ListTokens(st *store.Store, project string) ([]TokenInfo, error) {
+func ListTokens(st store.KV, project string) ([]TokenInfo, error) {
 	if err := Migrate(st, time.Now()); err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func ListTokens(st *store.Store, project string) ([]TokenInfo, error) {
 
 // RevokeToken deletes a token by ID; the next request with it is refused.
 // Its Idempotency-Key answers go with it.
-func RevokeToken(st *store.Store, id string) error {
+func RevokeToken(st store.KV, id string) error {
 	if err := Migrate(st, time.Now()); err != nil {
 		return err
 	}

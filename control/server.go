@@ -35,7 +35,7 @@ func OpenAPI() []byte { return append([]byte(nil), openAPIDoc...) }
 
 // Config configures a Server. Zero values take the documented defaults.
 type Config struct {
-	Store *store.Store
+	Store store.KV
 	// DeploymentURLTemplate builds a deployment server's public URL;
 	// "{id}" and "{name}" are replaced. Default
 	// "https://{name}.hearth.local/api/v1".
@@ -79,7 +79,7 @@ type Config struct {
 // Server serves the management API and the node protocol.
 type Server struct {
 	cfg Config
-	st  *store.Store
+	st  store.KV
 	log *slog.Logger
 
 	// mu serialises every change: a change reads, decides and commits one
@@ -88,6 +88,11 @@ type Server struct {
 	// that a node sees one consistent revision.
 	mu  sync.RWMutex
 	rev uint64 // last committed global revision
+	// w is the store changes write through while mu is held: st itself,
+	// or on a shared database the writer lock's view (store.Lock).
+	w store.KV
+	// shared is st as a database other replicas use too, or nil.
+	shared store.Shared
 
 	watchMu sync.Mutex
 	watch   map[string]chan struct{} // node ID → closed on the node's next change
@@ -168,32 +173,85 @@ func New(cfg Config) (*Server, error) {
 		projNames: map[string]string{},
 		lastSeen:  map[string]time.Time{},
 	}
+	s.w = s.st
+	s.shared, _ = s.st.(store.Shared)
 	s.started = s.now()
-	if err := Migrate(s.st, s.started); err != nil {
-		return nil, err
-	}
-	if err := s.loadProjectNames(); err != nil {
-		return nil, fmt.Errorf("load projects: %w", err)
-	}
-	if err := s.st.Get(keyRevision, &s.rev); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("load revision: %w", err)
-	}
-	if err := s.loadCursorKey(); err != nil {
-		return nil, err
-	}
-	if err := s.rebuildFreeIndex(); err != nil {
-		return nil, err
-	}
-	if err := s.rebuildStatusIndex(); err != nil {
+	// Start-up writes (upgrades, the cursor key, index repairs) hold the
+	// writer lock like any change, so replicas starting together agree.
+	err := s.locked(context.Background(), func(w store.KV) error {
+		if err := Migrate(w, s.started); err != nil {
+			return err
+		}
+		if err := s.loadProjectNames(); err != nil {
+			return fmt.Errorf("load projects: %w", err)
+		}
+		if err := s.loadCursorKey(); err != nil {
+			return err
+		}
+		if err := s.rebuildFreeIndex(); err != nil {
+			return err
+		}
+		return s.rebuildStatusIndex()
+	})
+	if err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
+// lock takes the change lock: this process's mutex and, on a shared
+// database, the writer lock every replica takes, so a change reads,
+// decides and commits with no other change in between anywhere. Until
+// unlock, changes write through s.w. The revision is reloaded each time,
+// since another replica may have moved it.
+func (s *Server) lock(ctx context.Context) (unlock func(), err error) {
+	s.mu.Lock()
+	w, release, err := store.Lock(ctx, s.st)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("take the change lock: %w", err)
+	}
+	if s.shared != nil || s.rev == 0 {
+		var rev uint64
+		if err := s.st.Get(keyRevision, &rev); err != nil && !errors.Is(err, store.ErrNotFound) {
+			release()
+			s.mu.Unlock()
+			return nil, fmt.Errorf("load revision: %w", err)
+		}
+		s.rev = rev
+	}
+	s.w = w
+	return func() {
+		s.w = s.st
+		release()
+		s.mu.Unlock()
+	}, nil
+}
+
+// locked runs f holding the change lock, with the store to write through.
+func (s *Server) locked(ctx context.Context, f func(w store.KV) error) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f(s.w)
+}
+
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
 
-// Run performs periodic work (Sweep) until ctx ends.
+// Run performs periodic work (Sweep) until ctx ends. On a shared database
+// it also listens for the changes other replicas commit, to wake the
+// long-polls of their nodes here.
 func (s *Server) Run(ctx context.Context) error {
+	if s.shared != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			_ = s.shared.Listen(ctx, s.remoteWake)
+		}()
+	}
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -212,7 +270,7 @@ func (s *Server) Run(ctx context.Context) error {
 // the nodes to wake once it is committed. It is used with s.mu held.
 type mutation struct {
 	s    *Server
-	b    *store.Batch
+	b    store.Batch
 	rev  uint64
 	wake map[string]bool
 	// nodes are the node records as this change sees them; those in dirty
@@ -230,7 +288,7 @@ type mutation struct {
 }
 
 func (s *Server) begin() *mutation {
-	return &mutation{s: s, b: s.st.NewBatch(), rev: s.rev, wake: map[string]bool{},
+	return &mutation{s: s, b: s.w.NewBatch(), rev: s.rev, wake: map[string]bool{},
 		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
 }
 
@@ -319,6 +377,12 @@ func (m *mutation) commit() error {
 		if err := m.b.Put(keyRevision, m.rev); err != nil {
 			m.b.Discard()
 			return fmt.Errorf("stage revision: %w", err)
+		}
+	}
+	// Replicas wake their own long-polls of these nodes.
+	if n, ok := m.b.(store.Notifier); ok {
+		for id := range m.wake {
+			n.Notify(wakePrefix + id)
 		}
 	}
 	if err := m.b.Commit(); err != nil {
@@ -454,4 +518,26 @@ func (s *Server) frame(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// wakePrefix marks the notifications that name a node whose desired state
+// changed.
+const wakePrefix = "wake/"
+
+// remoteWake handles a notification from the shared database: a node's
+// change committed by any replica, or "" after the notifications were
+// interrupted, when every long-poll here rechecks.
+func (s *Server) remoteWake(payload string) {
+	if id, ok := strings.CutPrefix(payload, wakePrefix); ok {
+		s.wakeNode(id)
+		return
+	}
+	if payload == "" {
+		s.watchMu.Lock()
+		defer s.watchMu.Unlock()
+		for id, ch := range s.watch {
+			close(ch)
+			delete(s.watch, id)
+		}
+	}
 }

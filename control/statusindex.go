@@ -79,7 +79,7 @@ func (s *Server) rebuildStatusIndex() error {
 	if err != nil {
 		return fmt.Errorf("rebuild the status index: %w", err)
 	}
-	b := s.st.NewBatch()
+	b := s.w.NewBatch()
 	for k := range have {
 		if _, ok := want[k]; !ok {
 			b.Delete(k)

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,8 +23,11 @@ import (
 //
 // It walks every server and node: O(fleet) per sweep, never per request.
 func (s *Server) Sweep() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	unlock, err := s.lock(context.Background())
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	now := s.now()
 	m := s.begin()
 	dirty := false

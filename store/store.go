@@ -148,7 +148,7 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 }
 
 // ScanJSON is Scan with each value decoded into a fresh T.
-func ScanJSON[T any](s *Store, prefix string, fn func(key string, v T) (bool, error)) error {
+func ScanJSON[T any](s KV, prefix string, fn func(key string, v T) (bool, error)) error {
 	return s.Scan(prefix, "", false, func(key string, val []byte) (bool, error) {
 		var v T
 		if err := json.Unmarshal(val, &v); err != nil {
@@ -158,16 +158,16 @@ func ScanJSON[T any](s *Store, prefix string, fn func(key string, v T) (bool, er
 	})
 }
 
-// Batch collects writes that commit together or not at all.
-type Batch struct {
+// pebbleBatch is a Pebble batch: it commits atomically and synced.
+type pebbleBatch struct {
 	b *pebble.Batch
 }
 
 // NewBatch starts an empty batch.
-func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
+func (s *Store) NewBatch() Batch { return &pebbleBatch{b: s.db.NewBatch()} }
 
 // Put adds a record write to the batch.
-func (b *Batch) Put(key string, v any) error {
+func (b *pebbleBatch) Put(key string, v any) error {
 	val, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %q: %w", key, err)
@@ -176,7 +176,7 @@ func (b *Batch) Put(key string, v any) error {
 }
 
 // PutRaw adds a raw value write to the batch.
-func (b *Batch) PutRaw(key string, val []byte) error {
+func (b *pebbleBatch) PutRaw(key string, val []byte) error {
 	if err := b.b.Set([]byte(key), val, nil); err != nil {
 		return fmt.Errorf("batch set %q: %w", key, err)
 	}
@@ -184,14 +184,14 @@ func (b *Batch) PutRaw(key string, val []byte) error {
 }
 
 // Delete adds a delete to the batch.
-func (b *Batch) Delete(key string) {
+func (b *pebbleBatch) Delete(key string) {
 	// A Pebble batch Delete only fails when the batch is already committed,
 	// which this type never allows to be reused.
 	_ = b.b.Delete([]byte(key), nil)
 }
 
 // Commit applies the batch atomically and syncs it to disk.
-func (b *Batch) Commit() error {
+func (b *pebbleBatch) Commit() error {
 	defer b.b.Close()
 	if err := b.b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -200,7 +200,7 @@ func (b *Batch) Commit() error {
 }
 
 // Discard drops an uncommitted batch.
-func (b *Batch) Discard() { _ = b.b.Close() }
+func (b *pebbleBatch) Discard() { _ = b.b.Close() }
 
 // ensureDir creates dir and any missing parents durably. Pebble syncs what it
 // writes inside dir but not dir's own entry in its parent, so without this a

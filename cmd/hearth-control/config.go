@@ -19,6 +19,7 @@ const defaultConfigPath = "/etc/hearth/control.toml"
 type settings struct {
 	Listen                string
 	StateDir              string
+	DatabaseURL           string
 	AdminSocket           string
 	DeploymentURLTemplate string
 	ProvisionTimeout      time.Duration
@@ -70,6 +71,8 @@ func loader(s *settings) *config.Loader {
 	fs := flag.NewFlagSet("hearth-control", flag.ContinueOnError)
 	fs.StringVar(&s.Listen, "listen", s.Listen, "Address (host:port) of the management API (/v1) and the node protocol. Plain HTTP is only allowed on a loopback address unless allow_plain_http is set; anywhere else set tls_cert and tls_key.")
 	fs.StringVar(&s.StateDir, "state-dir", s.StateDir, "Directory of the control plane's state: the Pebble database (servers, SSH keys, firewall rules, tokens) and, by default, the admin socket.")
+	fs.StringVar(&s.DatabaseURL, "database-url", s.DatabaseURL, "PostgreSQL database to keep the state in instead of the embedded Pebble one (postgres://user:password@host:port/db?sslmode=verify-full); every replica of the control plane names the same one. "+
+		"The operator commands then work on the database directly. Give it in the config file or the environment, not on a command line other users can read.")
 	fs.StringVar(&s.AdminSocket, "admin-socket", s.AdminSocket, "Unix socket the tokens, enrollment-tokens and nodes commands talk to. Empty: admin.sock in state_dir.")
 	fs.StringVar(&s.DeploymentURLTemplate, "public-deployment-url-template", s.DeploymentURLTemplate, "Public URL of a deployment, reported to customers; {id}, {name} and {project} are replaced by the server's ID, name and project name. "+
 		"Server names are unique per project only: with several projects use {id} or {project} too, or two projects' servers of one name share a URL.")

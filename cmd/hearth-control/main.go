@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,7 +31,6 @@ import (
 	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/nodeapi"
-	"github.com/hearthd/hearth/store"
 	"github.com/hearthd/hearth/systemd"
 )
 
@@ -116,7 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	} else if tightened {
 		logger.Warn("state dir was open to other users: tightened to 0700", "dir", cfg.StateDir)
 	}
-	st, err := store.Open(filepath.Join(cfg.StateDir, "db"), store.Options{})
+	st, err := openStore(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

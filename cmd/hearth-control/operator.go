@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -72,18 +71,35 @@ func (o *operator) parse(args []string, n int) ([]string, error) {
 
 // do sends one request to the running server's admin socket or, when none
 // runs, does the same on the store (Pebble allows one process, so one of
-// the two is always the only writer).
-func (o *operator) do(method, path string, in, out any, offline func(*store.Store) error) error {
-	err := control.AdminCall(o.ctx, o.cfg.adminSocketPath(), method, path, in, out)
-	if !errors.Is(err, control.ErrAdminUnavailable) {
+// the two is always the only writer). On a shared database it works on the
+// database directly, holding the writer lock like a replica's change.
+func (o *operator) do(method, path string, in, out any, offline func(store.KV) error) error {
+	if o.cfg.DatabaseURL == "" {
+		err := control.AdminCall(o.ctx, o.cfg.adminSocketPath(), method, path, in, out)
+		if !errors.Is(err, control.ErrAdminUnavailable) {
+			return err
+		}
+	}
+	st, err := openStore(o.ctx, o.cfg, nil)
+	if err != nil {
+		if o.cfg.DatabaseURL == "" {
+			return fmt.Errorf("control plane not running and its state is unavailable: %w", err)
+		}
 		return err
 	}
-	st, err := store.Open(filepath.Join(o.cfg.StateDir, "db"), store.Options{})
-	if err != nil {
-		return fmt.Errorf("control plane not running and its state is unavailable: %w", err)
-	}
 	defer st.Close()
-	return offline(st)
+	if o.cfg.DatabaseURL != "" {
+		// A fresh database gets its layout (and default project) first.
+		if err := control.Migrate(st, time.Now()); err != nil {
+			return err
+		}
+	}
+	w, unlock, err := store.Lock(o.ctx, st)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return offline(w)
 }
 
 // table writes rows aligned in columns, the first row the header.
@@ -110,7 +126,7 @@ func projectsCreate(o *operator, args []string) error {
 		return errors.New("projects create needs --name")
 	}
 	var p control.Project
-	err := o.do(http.MethodPost, "/admin/projects", control.AdminProjectRequest{Name: *name}, &p, func(st *store.Store) (err error) {
+	err := o.do(http.MethodPost, "/admin/projects", control.AdminProjectRequest{Name: *name}, &p, func(st store.KV) (err error) {
 		p, err = control.CreateProject(st, *name, time.Now())
 		return err
 	})
@@ -128,7 +144,7 @@ func projectsList(o *operator, args []string) error {
 		return err
 	}
 	var ps []control.Project
-	err := o.do(http.MethodGet, "/admin/projects", nil, &ps, func(st *store.Store) (err error) {
+	err := o.do(http.MethodGet, "/admin/projects", nil, &ps, func(st store.KV) (err error) {
 		ps, err = control.ListProjects(st)
 		return err
 	})
@@ -157,7 +173,7 @@ func tokensCreate(o *operator, args []string) error {
 		return errors.New("tokens create needs --project: the ID or name of the project the token acts for (see projects list)")
 	}
 	var t control.NewAPIToken
-	err := o.do(http.MethodPost, "/admin/tokens", spec, &t, func(st *store.Store) (err error) {
+	err := o.do(http.MethodPost, "/admin/tokens", spec, &t, func(st store.KV) (err error) {
 		t, err = control.CreateToken(st, spec, time.Now())
 		return err
 	})
@@ -178,7 +194,7 @@ func tokensList(o *operator, args []string) error {
 	}
 	var ts []control.TokenInfo
 	path := "/admin/tokens?" + url.Values{"project": {*project}}.Encode()
-	err := o.do(http.MethodGet, path, nil, &ts, func(st *store.Store) (err error) {
+	err := o.do(http.MethodGet, path, nil, &ts, func(st store.KV) (err error) {
 		ts, err = control.ListTokens(st, *project)
 		return err
 	})
@@ -205,7 +221,7 @@ func tokensRevoke(o *operator, args []string) error {
 		return err
 	}
 	id := pos[0]
-	err = o.do(http.MethodDelete, "/admin/tokens/"+url.PathEscape(id), nil, nil, func(st *store.Store) error {
+	err = o.do(http.MethodDelete, "/admin/tokens/"+url.PathEscape(id), nil, nil, func(st store.KV) error {
 		return control.RevokeToken(st, id)
 	})
 	if err != nil {
@@ -224,7 +240,7 @@ func enrollmentTokensCreate(o *operator, args []string) error {
 	}
 	var t control.NewEnrollmentToken
 	in := control.AdminEnrollmentRequest{Uses: *uses, TTLSeconds: ttl.Seconds()}
-	err := o.do(http.MethodPost, "/admin/enrollment-tokens", in, &t, func(st *store.Store) (err error) {
+	err := o.do(http.MethodPost, "/admin/enrollment-tokens", in, &t, func(st store.KV) (err error) {
 		t, err = control.CreateEnrollmentToken(st, *uses, *ttl, time.Now())
 		return err
 	})
@@ -259,7 +275,7 @@ func nodesList(o *operator, args []string) error {
 		return err
 	}
 	var nodes []control.NodeInfo
-	err := o.do(http.MethodGet, "/admin/nodes", nil, &nodes, func(st *store.Store) (err error) {
+	err := o.do(http.MethodGet, "/admin/nodes", nil, &nodes, func(st store.KV) (err error) {
 		nodes, err = control.ListNodes(st)
 		return err
 	})

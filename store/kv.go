@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// KV is what a store offers its callers, whatever engine is underneath:
+// embedded Pebble (Store) or a shared SQL database (package pgstore). Keys
+// order bytewise in both.
+type KV interface {
+	// Get decodes the record at key into v, or returns ErrNotFound.
+	Get(key string, v any) error
+	// Has reports whether key exists.
+	Has(key string) (bool, error)
+	// Put writes one record durably.
+	Put(key string, v any) error
+	// Delete removes one record durably; a missing key is not an error.
+	Delete(key string) error
+	// Scan visits the records under prefix in key order (or reverse) from
+	// start, until fn returns false or an error.
+	Scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error)) error
+	// NewBatch starts a set of writes that commit together or not at all.
+	NewBatch() Batch
+	// Close releases the store.
+	Close() error
+}
+
+// Batch collects writes that commit together or not at all. A batch is
+// used once: after Commit or Discard it must not be touched.
+type Batch interface {
+	// Put adds a record write.
+	Put(key string, v any) error
+	// PutRaw adds a raw value write.
+	PutRaw(key string, val []byte) error
+	// Delete adds a delete.
+	Delete(key string)
+	// Commit applies the writes atomically and durably.
+	Commit() error
+	// Discard drops an uncommitted batch.
+	Discard()
+}
+
+// Shared is implemented by stores that several processes use at once (a
+// database behind replicas of the control plane). Writers of every process
+// serialise through Lock; while one holds it, no other process commits.
+type Shared interface {
+	KV
+	// Lock blocks until this process holds the database's writer lock or
+	// ctx ends, and returns the store to write through while it is held:
+	// its first committed batch commits in the lock's own transaction, so
+	// a holder whose lock was lost (its connection dropped) cannot commit.
+	// unlock must be called exactly once.
+	Lock(ctx context.Context) (w KV, unlock func(), err error)
+	// Listen calls fn with the payload of every Notify committed by any
+	// process, until ctx ends; it reconnects by itself after an outage and
+	// calls fn with "" after each reconnect (notifications may have been
+	// missed in between).
+	Listen(ctx context.Context, fn func(payload string)) error
+}
+
+// Notifier is implemented by batches of a Shared store: a notification
+// added to a batch is delivered to every Listen when, and only if, the
+// batch commits.
+type Notifier interface {
+	Notify(payload string)
+}
+
+// ErrUnavailable is the error a store returns when its database cannot be
+// reached; errors.Is(err, ErrUnavailable) holds. Nothing was committed.
+var ErrUnavailable = fmt.Errorf("store: database unavailable")
+
+// EncodeJSON is the one record encoding every engine stores.
+func EncodeJSON(key string, v any) ([]byte, error) {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %q: %w", key, err)
+	}
+	return val, nil
+}
+
+// Lock takes kv's writer lock if it is Shared and returns the store to
+// write through until unlock. An embedded store has one process, whose own
+// mutex is the lock: it is returned as is.
+func Lock(ctx context.Context, kv KV) (w KV, unlock func(), err error) {
+	if sh, ok := kv.(Shared); ok {
+		return sh.Lock(ctx)
+	}
+	return kv, func() {}, nil
+}
+
+var _ KV = (*Store)(nil)
