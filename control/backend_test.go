@@ -19,11 +19,11 @@ import (
 const backendEnv = "HEARTH_CONTROL_TEST_BACKEND"
 
 // pg is this test binary's PostgreSQL, started on first use.
-var pg pgtest.Shared
+var pgShared pgtest.Shared
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	pg.Close()
+	pgShared.Close()
 	os.Exit(code)
 }
 
@@ -32,9 +32,9 @@ func onPostgres() bool { return os.Getenv(backendEnv) == "postgres" }
 // openBackend opens the env's store: Pebble in dir, or the test's own
 // PostgreSQL database, made on first use and kept in *dbURL so a restart
 // opens the same state.
-func openBackend(t testing.TB, dir string, dbURL *string) store.KV {
+func openBackend(t testing.TB, dir string, pg bool, dbURL *string) store.KV {
 	t.Helper()
-	if !onPostgres() {
+	if !pg {
 		st, err := store.Open(filepath.Join(dir, "db"), store.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -42,7 +42,7 @@ func openBackend(t testing.TB, dir string, dbURL *string) store.KV {
 		return st
 	}
 	if *dbURL == "" {
-		*dbURL = pg.Get(t).NewDatabase(t)
+		*dbURL = pgShared.Get(t).NewDatabase(t)
 	}
 	st, err := pgstore.Open(context.Background(), *dbURL, pgstore.Options{})
 	if err != nil {
@@ -63,7 +63,7 @@ func TestSuiteOnPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the PostgreSQL run of the suite is not short")
 	}
-	args := []string{"-test.count=1", "-test.skip", "^(TestSuiteOnPostgres|TestCrash.*|TestMigrate.*|Fuzz.*)$"}
+	args := []string{"-test.count=1", "-test.skip", "^(TestSuiteOnPostgres|TestReplica.*|TestPostgres.*|TestCrash.*|TestMigrate.*|Fuzz.*)$"}
 	if testing.Verbose() {
 		args = append(args, "-test.v")
 	}

@@ -194,6 +194,7 @@ type env struct {
 	dir   string
 	cfg   control.Config
 	st    store.KV
+	pg    bool   // on PostgreSQL rather than Pebble
 	dbURL string // the test's PostgreSQL database, on that backend
 	srv   *control.Server
 	ts    *httptest.Server
@@ -205,7 +206,14 @@ type env struct {
 
 func newEnv(t testing.TB, mod func(*control.Config)) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), api: loadOpenAPI(t)}
+	return newEnvWith(t, mod, onPostgres(), "")
+}
+
+// newEnvWith is newEnv on the chosen backend; on PostgreSQL a non-empty
+// dbURL joins that database (another replica) instead of making one.
+func newEnvWith(t testing.TB, mod func(*control.Config), pg bool, dbURL string) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), api: loadOpenAPI(t), pg: pg, dbURL: dbURL}
 	e.cfg = control.Config{RateLimit: 10000, RateBurst: 10000, SweepInterval: 20 * time.Millisecond,
 		DeploymentURLTemplate: "https://{name}.deploy.test/api/v1"}
 	if mod != nil {
@@ -223,7 +231,7 @@ func newEnv(t testing.TB, mod func(*control.Config)) *env {
 
 func (e *env) start() {
 	e.t.Helper()
-	st := openBackend(e.t, e.dir, &e.dbURL)
+	st := openBackend(e.t, e.dir, e.pg, &e.dbURL)
 	cfg := e.cfg
 	cfg.Store = st
 	srv, err := control.New(cfg)

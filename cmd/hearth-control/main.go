@@ -48,8 +48,10 @@ Usage:
   hearth-control tokens revoke ID                               revoke a token; its next request is refused
   hearth-control enrollment-tokens create [--uses N] [--ttl D]  issue a node enrollment token (printed once)
   hearth-control nodes list                                     list enrolled nodes (JSON)
+  hearth-control migrate-store --database-url URL               copy the Pebble state (stopped control plane) into an empty PostgreSQL database
   hearth-control version                                        print the version
-Every command takes --config (default /etc/hearth/control.toml if present), --state-dir and --admin-socket.
+Every command takes --config (default /etc/hearth/control.toml if present), --state-dir, --admin-socket and --database-url
+(with a database, the operator commands work on it directly).
 A fresh state has one project, "default", which also holds everything made before projects existed.
 `
 
@@ -72,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "serve":
 		return serve(ctx, args[1:], stderr)
+	case "migrate-store":
+		return migrateStore(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil

@@ -47,7 +47,7 @@ func operate(ctx context.Context, name string, cmd func(*operator, []string) err
 	o.ld = loader(&o.cfg)
 	o.fs = flag.NewFlagSet(name, flag.ContinueOnError)
 	o.fs.SetOutput(stderr)
-	o.ld.AddFlags(o.fs, "state-dir", "admin-socket")
+	o.ld.AddFlags(o.fs, "state-dir", "admin-socket", "database-url")
 	return cmd(o, args)
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/certreload/certtest"
+	"github.com/hearthd/hearth/internal/pgtest"
 )
 
 // TestMain lets a test run the real main (for its exit code) by starting
@@ -28,20 +29,35 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	pg.Close()
+	os.Exit(code)
 }
+
+// pg is this test binary's PostgreSQL, started on first use.
+var pg pgtest.Shared
 
 // cli runs one operator command against a state directory.
 type cli struct {
 	t        *testing.T
 	stateDir string
+	dbURL    string // --database-url for every command, if set
+}
+
+// flags are the location flags every command of this cli gets.
+func (c cli) flags() []string {
+	f := []string{"--state-dir", c.stateDir}
+	if c.dbURL != "" {
+		f = append(f, "--database-url", c.dbURL)
+	}
+	return f
 }
 
 // run runs the command in this process and returns its output.
 func (c cli) run(args ...string) (stdout, stderr string, err error) {
 	c.t.Helper()
 	var out, errOut bytes.Buffer
-	err = run(context.Background(), append(args, "--state-dir", c.stateDir), &out, &errOut)
+	err = run(context.Background(), append(args, c.flags()...), &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 
@@ -59,7 +75,7 @@ func (c cli) exitCode(args ...string) (int, string) {
 	c.t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "HEARTH_CONTROL_TEST_MAIN=1",
-		"HEARTH_CONTROL_TEST_ARGS="+strings.Join(append(args, "--state-dir", c.stateDir), " "))
+		"HEARTH_CONTROL_TEST_ARGS="+strings.Join(append(args, c.flags()...), " "))
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
 	err := cmd.Run()
@@ -82,7 +98,7 @@ func (c cli) serving() {
 	logs := &signalWriter{want: "control plane serving", seen: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--state-dir", c.stateDir}, logs, logs)
+		done <- run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", ""}, c.flags()...), logs, logs)
 	}()
 	select {
 	case <-logs.seen:
@@ -128,10 +144,13 @@ func (w *signalWriter) String() string {
 // admin socket): the same answers, the same errors, and no secret ever
 // printed but by tokens create.
 func TestOperatorCommands(t *testing.T) {
-	for _, mode := range []string{"offline", "through the admin socket"} {
+	for _, mode := range []string{"offline", "through the admin socket", "on PostgreSQL", "on PostgreSQL while serving"} {
 		t.Run(mode, func(t *testing.T) {
 			c := cli{t: t, stateDir: t.TempDir()}
-			if mode != "offline" {
+			if strings.HasPrefix(mode, "on PostgreSQL") {
+				c.dbURL = pg.Get(t).NewDatabase(t)
+			}
+			if strings.HasSuffix(mode, "serving") || mode == "through the admin socket" {
 				c.serving()
 			}
 			checkOperatorCommands(t, c)

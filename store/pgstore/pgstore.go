@@ -429,6 +429,9 @@ func (sec *section) take() pgx.Tx {
 // through the view see every change committed before the lock was taken.
 // The view must be used by one goroutine, and no write may go through the
 // Store itself while it is held (that write would wait for this lock).
+// A process runs one section at a time (the control plane holds its own
+// mutex around it): a waiting Lock holds a pooled connection, and the
+// holder's reads need another.
 func (s *Store) Lock(ctx context.Context) (store.KV, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, s.op)
 	defer cancel()
