@@ -384,7 +384,7 @@ func (a *Node) observe(ctx context.Context) nodeapi.Observed {
 	cancel()
 	ip := a.cfg.IP
 	if ip == "" {
-		ip = nodeLocalIP(a.cfg.ControlURL)
+		ip = nodeLocalIP(a.client.BaseURL())
 	}
 	a.mu.Lock()
 	a.ip, a.healthErr = ip, herr

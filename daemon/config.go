@@ -189,7 +189,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key for tls_cert.")
 	fs.BoolVar(&c.AllowPlainHTTP, "allow-plain-http", c.AllowPlainHTTP, "Allow plain HTTP on a non-loopback listen address, e.g. behind a TLS-terminating proxy. Off: API keys never cross the network in the clear.")
 
-	fs.StringVar(&c.ControlURL, "control-url", c.ControlURL, "Base URL (http or https) of the control plane this node joins. Empty: standalone node.")
+	fs.StringVar(&c.ControlURL, "control-url", c.ControlURL, "Base URL (http or https) of the control plane this node joins, or a comma-separated list of its replicas' URLs (the node moves to the next when one cannot be reached). Empty: standalone node.")
 	fs.StringVar(&c.EnrollmentToken, "enrollment-token", c.EnrollmentToken, "One-time secret the node enrolls with at control_url on first start. Never logged.")
 	fs.StringVar(&c.ControlCAFile, "control-ca-file", c.ControlCAFile, "PEM file of the CA(s) that sign the control plane's certificate (a private CA), instead of the system's roots. Needs an https control_url.")
 	fs.StringVar(&c.ControlCertSHA256, "control-cert-sha256", c.ControlCertSHA256, "Pinned SHA-256 fingerprint of the control plane's certificate (hex of its DER, colons allowed; several comma-separated, to roll over a renewal), as hearth-control enrollment-tokens create prints it. "+
@@ -295,17 +295,26 @@ func (c Config) validateControl(p *config.Problems) {
 	if c.ControlURL == "" {
 		return
 	}
-	if !isHTTPURL(c.ControlURL) {
-		p.Add("control-url", "%q is not an http(s) URL", c.ControlURL)
+	urls := nodeapi.SplitURLs(c.ControlURL)
+	if len(urls) == 0 {
+		p.Add("control-url", "%q names no URL", c.ControlURL)
 		return
+	}
+	for _, one := range urls {
+		if !isHTTPURL(one) {
+			p.Add("control-url", "%q is not an http(s) URL", one)
+			return
+		}
 	}
 	if err := nodeapi.CheckURL(c.ControlURL); err != nil {
 		p.Add("control-url", "%v", err)
 	}
-	if u, _ := url.Parse(c.ControlURL); u.Scheme != "https" {
-		for _, f := range [][2]string{{"control-ca-file", c.ControlCAFile}, {"control-cert-sha256", c.ControlCertSHA256}} {
-			if f[1] != "" {
-				p.Add(f[0], "needs an https control-url, got %q", c.ControlURL)
+	for _, one := range urls {
+		if u, _ := url.Parse(one); u.Scheme != "https" {
+			for _, f := range [][2]string{{"control-ca-file", c.ControlCAFile}, {"control-cert-sha256", c.ControlCertSHA256}} {
+				if f[1] != "" {
+					p.Add(f[0], "needs an https control-url, got %q", one)
+				}
 			}
 		}
 	}

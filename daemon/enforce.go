@@ -92,10 +92,20 @@ func (unmanagedKeys) Sync(_ context.Context, keys []sshkeys.Key) error {
 
 // controlPlaneAddrs resolves the control plane's address(es), which the
 // firewall always lets the node reach.
-func controlPlaneAddrs(ctx context.Context, controlURL string) ([]netip.AddrPort, error) {
-	if controlURL == "" {
-		return nil, nil
+func controlPlaneAddrs(ctx context.Context, controlURLs string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, one := range nodeapi.SplitURLs(controlURLs) {
+		addrs, err := controlPlaneAddrsOf(ctx, one)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, addrs...)
 	}
+	return out, nil
+}
+
+// controlPlaneAddrsOf resolves one control plane URL.
+func controlPlaneAddrsOf(ctx context.Context, controlURL string) ([]netip.AddrPort, error) {
 	u, err := url.Parse(controlURL)
 	if err != nil {
 		return nil, fmt.Errorf("config control-url: %w", err)

@@ -415,7 +415,14 @@ func (c *controlPlane) restart() *controlPlane {
 func (c *controlPlane) cli(args ...string) string {
 	c.t.Helper()
 	full := append([]string{c.bin}, args...)
-	return runCmd(c.t, append(full, "--state-dir", c.stateDir)...)
+	full = append(full, "--state-dir", c.stateDir)
+	// On a shared database the commands work on it, not on a Pebble state.
+	for i, a := range c.args {
+		if a == "--database-url" && i+1 < len(c.args) {
+			full = append(full, "--database-url", c.args[i+1])
+		}
+	}
+	return runCmd(c.t, full...)
 }
 
 func (c *controlPlane) api(method, path string, in, out any) int {

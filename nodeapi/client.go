@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hearthd/hearth/internal/config"
@@ -50,8 +51,13 @@ func IsUnauthorized(err error) bool {
 
 // Client talks to the control plane on behalf of one node.
 type Client struct {
-	base string
-	http *http.Client
+	// bases are the control plane's replicas (or one load-balanced URL);
+	// cur indexes the one in use. A replica that cannot be reached or
+	// answers 502/503/504 makes the client move to the next for the
+	// following request; the caller's retry does the rest.
+	bases []string
+	cur   atomic.Int32
+	http  *http.Client
 	// credential is the node credential, or the enrollment token while
 	// enrolling; set with SetCredential.
 	credential string
@@ -61,32 +67,63 @@ type Client struct {
 }
 
 // NewClient returns a client for the control plane at baseURL (scheme and
-// host, e.g. "http://127.0.0.1:8400"). A nil httpClient uses a client of
-// its own with no overall timeout, since long-polls are bounded by their
-// own wait.
+// host, e.g. "http://127.0.0.1:8400"), or at any of a comma-separated list
+// of such URLs, one per replica. A nil httpClient uses a client of its own
+// with no overall timeout, since long-polls are bounded by their own wait.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
 		// Its own transport, so that CloseIdleConnections closes only its
 		// connections.
 		httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	c := &Client{base: strings.TrimRight(baseURL, "/"), http: httpClient}
+	c := &Client{http: httpClient}
+	for _, u := range SplitURLs(baseURL) {
+		c.bases = append(c.bases, strings.TrimRight(u, "/"))
+	}
+	if len(c.bases) == 0 {
+		c.bases = []string{""}
+	}
 	c.plain = CheckURL(baseURL)
 	return c
 }
 
-// CheckURL refuses a control plane URL that would carry the enrollment
-// token and the node credential in the clear: plain HTTP is only for
-// loopback (a control plane on the same machine, tests).
-func CheckURL(baseURL string) error {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return fmt.Errorf("control plane URL: %w", err)
+// SplitURLs splits a control_url setting into its URLs: one, or a
+// comma-separated list of the control plane's replicas.
+func SplitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
 	}
-	if u.Scheme == "http" && !config.LoopbackHost(u.Hostname()) {
-		return fmt.Errorf("control plane URL %s is plain HTTP to another machine, which would send the node's enrollment token and credential in the clear: use https (plain http is only for loopback)", baseURL)
+	return out
+}
+
+// CheckURL refuses a control plane URL (or any URL of a list) that would
+// carry the enrollment token and the node credential in the clear: plain
+// HTTP is only for loopback (a control plane on the same machine, tests).
+func CheckURL(baseURL string) error {
+	for _, one := range SplitURLs(baseURL) {
+		u, err := url.Parse(one)
+		if err != nil {
+			return fmt.Errorf("control plane URL: %w", err)
+		}
+		if u.Scheme == "http" && !config.LoopbackHost(u.Hostname()) {
+			return fmt.Errorf("control plane URL %s is plain HTTP to another machine, which would send the node's enrollment token and credential in the clear: use https (plain http is only for loopback)", one)
+		}
 	}
 	return nil
+}
+
+// BaseURL is the control plane URL the next request goes to.
+func (c *Client) BaseURL() string { return c.bases[int(c.cur.Load())%len(c.bases)] }
+
+// failover moves to the next replica after one failed at index i, unless
+// another request already moved on.
+func (c *Client) failover(i int32) {
+	if len(c.bases) > 1 {
+		c.cur.CompareAndSwap(i, (i+1)%int32(len(c.bases)))
+	}
 }
 
 // CloseIdleConnections closes the connections kept for reuse (when the
@@ -148,7 +185,8 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, in, out an
 		}
 		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	i := c.cur.Load() % int32(len(c.bases))
+	req, err := http.NewRequestWithContext(ctx, method, c.bases[i]+path, body)
 	if err != nil {
 		return 0, fmt.Errorf("build request: %w", err)
 	}
@@ -158,7 +196,14 @@ func (c *Client) do(ctx context.Context, method, path, bearer string, in, out an
 	req.Header.Set("Authorization", "Bearer "+bearer)
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if ctx.Err() == nil {
+			c.failover(i)
+		}
 		return 0, err
+	}
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		c.failover(i)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

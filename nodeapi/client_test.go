@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"reflect"
 	"testing"
 	"time"
@@ -99,5 +100,48 @@ func TestClientCarriesRetryAfter(t *testing.T) {
 	}
 	if d := nodeapi.RetryAfter(errors.New("other")); d != 0 {
 		t.Fatalf("RetryAfter of a plain error = %v", d)
+	}
+}
+
+// TestClientFailsOver: with a list of replicas, a replica that cannot be
+// reached, or answers 503, sends the next request to the next replica; a
+// refusal that is the caller's own (401) does not.
+func TestClientFailsOver(t *testing.T) {
+	var hits [2]atomic.Int32
+	var status [2]atomic.Int32
+	replica := func(i int) *httptest.Server {
+		status[i].Store(http.StatusNoContent)
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i].Add(1)
+			w.WriteHeader(int(status[i].Load()))
+		}))
+	}
+	a, b := replica(0), replica(1)
+	defer b.Close()
+	c := nodeapi.NewClient(a.URL+", "+b.URL+"/", nil)
+	c.SetCredential("cred")
+	poll := func() error {
+		_, _, err := c.Desired(context.Background(), 0, time.Millisecond)
+		return err
+	}
+	if err := poll(); err != nil || hits[0].Load() != 1 {
+		t.Fatalf("first poll: %v, hits %d/%d", err, hits[0].Load(), hits[1].Load())
+	}
+	a.Close() // replica A dies
+	if err := poll(); err == nil {
+		t.Fatal("poll to a dead replica succeeded")
+	}
+	if err := poll(); err != nil || hits[1].Load() != 1 || c.BaseURL() != b.URL {
+		t.Fatalf("after A died: %v, hits on B %d, base %s", err, hits[1].Load(), c.BaseURL())
+	}
+	status[1].Store(http.StatusUnauthorized)
+	_ = poll()
+	if c.BaseURL() != b.URL {
+		t.Fatalf("a 401 moved the client to %s", c.BaseURL())
+	}
+	status[1].Store(http.StatusServiceUnavailable)
+	_ = poll()
+	if c.BaseURL() != a.URL {
+		t.Fatalf("a 503 left the client on %s", c.BaseURL())
 	}
 }

@@ -102,6 +102,7 @@ type Control struct {
 
 	t      testing.TB
 	bin    string
+	dbURL  string // --database-url from args: the CLI works on that database
 	log    *proctest.LogBuffer
 	cmd    *exec.Cmd
 	exited <-chan struct{}
@@ -116,6 +117,11 @@ func Start(t testing.TB, b *Binaries, args ...string) *Control {
 	t.Helper()
 	bin := b.Path(t, "hearth-control")
 	c := &Control{t: t, bin: bin, StateDir: t.TempDir(), log: &proctest.LogBuffer{Max: 8 << 20}}
+	for i, a := range args {
+		if a == "--database-url" && i+1 < len(args) {
+			c.dbURL = args[i+1]
+		}
+	}
 	c.Token = c.NewToken("default", "test", false)
 	argv := append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "",
 		"--state-dir", c.StateDir, "--log-level", "debug",
@@ -167,7 +173,11 @@ func (c *Control) Log() string { return c.log.String() }
 // admin socket while the server runs) and returns its standard output.
 func (c *Control) CLI(args ...string) string {
 	c.t.Helper()
-	cmd := exec.Command(c.bin, append(args, "--state-dir", c.StateDir)...)
+	args = append(args, "--state-dir", c.StateDir)
+	if c.dbURL != "" {
+		args = append(args, "--database-url", c.dbURL)
+	}
+	cmd := exec.Command(c.bin, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -225,6 +235,9 @@ type NodeOptions struct {
 	// Hold starts the node holding its model: a server assigned to it
 	// does not run until Release.
 	Hold bool
+	// ControlURL is the node's control plane URL, or comma-separated
+	// list of replicas; default this Control's URL.
+	ControlURL string
 }
 
 // StartNode enrolls a fake node and runs it until the test ends.
@@ -234,7 +247,10 @@ func (c *Control) StartNode(o NodeOptions) *Node {
 		o.Hardware = nodeapi.Hardware{Chip: "cpu", RAM: 16, Storage: 100}
 	}
 	enroll := strings.TrimSpace(c.CLI("enrollment-tokens", "create", "--uses", "1", "--ttl", "1h"))
-	n := &Node{t: c.t, client: nodeapi.NewClient(c.URL, nil), held: o.Hold, done: make(chan struct{})}
+	if o.ControlURL == "" {
+		o.ControlURL = c.URL
+	}
+	n := &Node{t: c.t, client: nodeapi.NewClient(o.ControlURL, nil), held: o.Hold, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	resp, err := n.client.Enroll(ctx, enroll, nodeapi.EnrollRequest{Hostname: "fake-node", Hardware: o.Hardware})
