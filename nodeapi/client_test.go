@@ -6,8 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
