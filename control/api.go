@@ -72,18 +72,19 @@ func (s *Server) api(h apiFunc) http.HandlerFunc {
 		rc := &reqCtx{s: s, requestID: w.Header().Get("X-Request-Id"), tokenID: tok.ID,
 			project: tok.Project, pk: keysOf(tok.Project)}
 
+		unlock := func() error { return nil }
 		idemKey, reqHash, ierr := readIdempotency(r)
 		if ierr != nil {
 			writeError(w, ierr)
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			unlock, err := s.lock(r.Context())
-			if err != nil {
+			var err error
+			if unlock, err = s.lock(r.Context()); err != nil {
 				s.internal(w, rc, err)
 				return
 			}
-			defer unlock()
+			defer unlock() //nolint:errcheck // a no-op once the success path below has called it
 		}
 		rc.now = s.now()
 
@@ -124,6 +125,11 @@ func (s *Server) api(h apiFunc) http.HandlerFunc {
 		}
 		out, err := s.finish(rc, res, idemStoreKey, reqHash, idemKey != "")
 		if err != nil {
+			s.internal(w, rc, err)
+			return
+		}
+		// The change is acknowledged only once durable.
+		if err := unlock(); err != nil {
 			s.internal(w, rc, err)
 			return
 		}

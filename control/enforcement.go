@@ -129,6 +129,18 @@ func (s *Server) withEnforcement(out serverJSON, srv serverRec) (serverJSON, err
 		}
 		return out, fmt.Errorf("load node %s: %w", srv.NodeID, err)
 	}
+	s.overlayReported(&n)
 	out.Enforcement = enforcement(srv, n)
 	return out, nil
+}
+
+// overlayReported moves a node's report time up to a report that changed
+// nothing and is not persisted yet (the sweep writes it).
+func (s *Server) overlayReported(n *nodeRec) {
+	s.seenMu.Lock()
+	t, ok := s.reported[n.ID]
+	s.seenMu.Unlock()
+	if ok && t.After(n.ObservedAt) {
+		n.ObservedAt = t
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/nodeapi"
 )
 
@@ -166,5 +167,39 @@ func TestServerShowsEnforcement(t *testing.T) {
 	if v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" || v.Enforcement.SSHKeys.Error != nil ||
 		v.Enforcement.Firewall.AppliedRevision != nil || v.Enforcement.ReportedAt != nil {
 		t.Fatalf("new tenant: %+v", v)
+	}
+}
+
+// TestSettledReportsWriteNothing: the periodic report of a node whose state
+// did not change is not written, yet the server shows its time at once,
+// and the sweep persists it so a restart keeps it.
+func TestSettledReportsWriteNothing(t *testing.T) {
+	e, clk := newClockEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("settled")).must(t, 201))
+	d := n.desired(t, 0)
+	n.report(t, applied(d, "192.0.2.1"))
+	e.wantStatus(t, id, "running", "after the report")
+	first := str(e.enforcementOf(t, id).Enforcement.ReportedAt)
+
+	writes := 0
+	counting := control.CountWrites(e.srv, func() { writes++ })
+	defer counting()
+	clk.add(10 * time.Second)
+	n.report(t, applied(d, "192.0.2.1"))
+	if writes != 0 {
+		t.Fatalf("an unchanged report made %d writes", writes)
+	}
+	second := str(e.enforcementOf(t, id).Enforcement.ReportedAt)
+	if second == first {
+		t.Fatalf("reported_at stayed %s after a later report", first)
+	}
+	e.sweep()
+	if writes == 0 {
+		t.Fatal("the sweep did not persist the report time")
+	}
+	e.restart()
+	if got := str(e.enforcementOf(t, id).Enforcement.ReportedAt); got != second {
+		t.Fatalf("after a restart reported_at %s, want %s", got, second)
 	}
 }

@@ -68,3 +68,44 @@ func StatusIndexDrift(s *Server) (missing, extra []string, err error) {
 	}
 	return missing, extra, err
 }
+
+// CountWrites makes every commit of s call f until the returned restore.
+func CountWrites(s *Server, f func()) (restore func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	orig := s.st
+	s.st = countingKV{KV: orig, f: f}
+	s.w = s.st
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.st, s.w = orig, orig
+	}
+}
+
+type countingKV struct {
+	store.KV
+	f func()
+}
+
+func (c countingKV) NewBatch() store.Batch { return countingBatch{Batch: c.KV.NewBatch(), f: c.f} }
+func (c countingKV) Put(k string, v any) error {
+	c.f()
+	return c.KV.Put(k, v)
+}
+func (c countingKV) Delete(k string) error {
+	c.f()
+	return c.KV.Delete(k)
+}
+
+type countingBatch struct {
+	store.Batch
+	f func()
+}
+
+func (b countingBatch) Commit() error {
+	if !b.Empty() {
+		b.f()
+	}
+	return b.Batch.Commit()
+}

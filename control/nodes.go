@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -47,7 +48,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		s.nodeInternal(w, err)
 		return
 	}
-	defer unlock()
+	defer unlock() //nolint:errcheck // a no-op once the success path has called it
 	now := s.now()
 	var enr enrollmentRec
 	key := pfxEnrollment + hashSecret(tok)
@@ -82,6 +83,9 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 		err = m.commit()
 	} else {
 		m.discard()
+	}
+	if err == nil {
+		err = unlock() // the credential is handed out only once durable
 	}
 	if err != nil {
 		s.nodeInternal(w, err)
@@ -297,7 +301,7 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		s.nodeInternal(w, err)
 		return
 	}
-	defer unlock()
+	defer unlock() //nolint:errcheck // a no-op once the success path has called it
 	now := s.now()
 	m := s.begin()
 	n, err := m.node(id)
@@ -310,8 +314,16 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		// Usage is kept per key (recordUsage), not in the node record.
 		kept := o
 		kept.Usage = nil
-		n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
-		m.saveNode(n)
+		if n.Observed != nil && reflect.DeepEqual(*n.Observed, kept) {
+			// The periodic report of a settled node: nothing to write
+			// but its time, which the sweep persists (as last-seen).
+			s.seenMu.Lock()
+			s.reported[id] = now
+			s.seenMu.Unlock()
+		} else {
+			n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
+			m.saveNode(n)
+		}
 		err = s.applyObserved(m, n, o, now)
 	}
 	if err != nil {
@@ -319,7 +331,16 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		s.nodeInternal(w, err)
 		return
 	}
+	if m.empty() {
+		m.discard()
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	if err := m.commit(); err != nil {
+		s.nodeInternal(w, err)
+		return
+	}
+	if err := unlock(); err != nil {
 		s.nodeInternal(w, err)
 		return
 	}

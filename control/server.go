@@ -93,6 +93,13 @@ type Server struct {
 	w store.KV
 	// shared is st as a database other replicas use too, or nil.
 	shared store.Shared
+	// held is set while mu is held through lock. pending are the syncs of
+	// the changes committed under it and woken the nodes they changed:
+	// unlock waits for the syncs after releasing the lock (group commit),
+	// then wakes the nodes.
+	held    bool
+	pending []func() error
+	woken   []string
 
 	watchMu sync.Mutex
 	watch   map[string]chan struct{} // node ID → closed on the node's next change
@@ -109,6 +116,7 @@ type Server struct {
 
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
+	reported  map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
 	cursorKey []byte               // signs list cursors (list.go)
 
 	// started bounds how long a node can have been silent: time the
@@ -172,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		tokUsed:   map[string]time.Time{},
 		projNames: map[string]string{},
 		lastSeen:  map[string]time.Time{},
+		reported:  map[string]time.Time{},
 	}
 	s.w = s.st
 	s.shared, _ = s.st.(store.Shared)
@@ -204,7 +213,12 @@ func New(cfg Config) (*Server, error) {
 // decides and commits with no other change in between anywhere. Until
 // unlock, changes write through s.w. The revision is reloaded each time,
 // since another replica may have moved it.
-func (s *Server) lock(ctx context.Context) (unlock func(), err error) {
+//
+// unlock releases the lock, then waits until the changes committed under
+// it are durable, and reports whether they are: an answer that
+// acknowledges a change is written only after unlock returned nil. It may
+// be called more than once; later calls do nothing.
+func (s *Server) lock(ctx context.Context) (unlock func() error, err error) {
 	s.mu.Lock()
 	w, release, err := store.Lock(ctx, s.st)
 	if err != nil {
@@ -220,11 +234,25 @@ func (s *Server) lock(ctx context.Context) (unlock func(), err error) {
 		}
 		s.rev = rev
 	}
-	s.w = w
-	return func() {
-		s.w = s.st
-		release()
-		s.mu.Unlock()
+	s.w, s.held = w, true
+	var once sync.Once
+	var syncErr error
+	return func() error {
+		once.Do(func() {
+			pending, woken := s.pending, s.woken
+			s.w, s.held, s.pending, s.woken = s.st, false, nil, nil
+			release()
+			s.mu.Unlock()
+			for _, wait := range pending {
+				if err := wait(); err != nil && syncErr == nil {
+					syncErr = err
+				}
+			}
+			for _, id := range woken {
+				s.wakeNode(id)
+			}
+		})
+		return syncErr
 	}, nil
 }
 
@@ -234,8 +262,11 @@ func (s *Server) locked(ctx context.Context, f func(w store.KV) error) error {
 	if err != nil {
 		return err
 	}
-	defer unlock()
-	return f(s.w)
+	err = f(s.w)
+	if uerr := unlock(); err == nil {
+		err = uerr
+	}
+	return err
 }
 
 func (s *Server) now() time.Time { return s.cfg.Now().UTC() }
@@ -385,6 +416,18 @@ func (m *mutation) commit() error {
 			n.Notify(wakePrefix + id)
 		}
 	}
+	if ac, ok := m.b.(store.AsyncCommitter); ok && m.s.held {
+		wait, err := ac.CommitAsync()
+		if err != nil {
+			return fmt.Errorf("commit change: %w", err)
+		}
+		m.s.rev = m.rev
+		m.s.pending = append(m.s.pending, wait)
+		for id := range m.wake {
+			m.s.woken = append(m.s.woken, id)
+		}
+		return nil
+	}
 	if err := m.b.Commit(); err != nil {
 		return fmt.Errorf("commit change: %w", err)
 	}
@@ -396,6 +439,9 @@ func (m *mutation) commit() error {
 }
 
 func (m *mutation) discard() { m.b.Discard() }
+
+// empty reports whether the change has nothing to write.
+func (m *mutation) empty() bool { return len(m.dirty) == 0 && m.rev == m.s.rev && m.b.Empty() }
 
 // watcher returns a channel closed at the node's next change.
 func (s *Server) watcher(nodeID string) <-chan struct{} {

@@ -385,7 +385,9 @@ func (s *Server) patchServer(r *http.Request, rc *reqCtx) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	out.Enforcement = enforcement(rec, *n)
+	shown := *n
+	s.overlayReported(&shown)
+	out.Enforcement = enforcement(rec, shown)
 	return result{status: http.StatusOK, body: out}, nil
 }
 

@@ -27,7 +27,15 @@ func (s *Server) Sweep() error {
 	if err != nil {
 		return err
 	}
-	defer unlock()
+	if err := s.sweepLocked(); err != nil {
+		_ = unlock()
+		return err
+	}
+	return unlock()
+}
+
+// sweepLocked is Sweep with the change lock held.
+func (s *Server) sweepLocked() error {
 	now := s.now()
 	m := s.begin()
 	dirty := false
@@ -51,18 +59,27 @@ func (s *Server) Sweep() error {
 // persistLastSeen writes the last-seen times node requests noted in memory.
 func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
 	seen := takeTimes(&s.seenMu, &s.lastSeen)
+	reported := takeTimes(&s.seenMu, &s.reported)
 	dirty := false
-	for id, t := range seen {
-		n, err := m.node(id)
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		if t.After(n.LastSeen) {
-			n.LastSeen, dirty = t, true
-			m.saveNode(n)
+	for _, tt := range []struct {
+		times map[string]time.Time
+		field func(*nodeRec) *time.Time
+	}{
+		{seen, func(n *nodeRec) *time.Time { return &n.LastSeen }},
+		{reported, func(n *nodeRec) *time.Time { return &n.ObservedAt }},
+	} {
+		for id, t := range tt.times {
+			n, err := m.node(id)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			if at := tt.field(n); t.After(*at) {
+				*at, dirty = t, true
+				m.saveNode(n)
+			}
 		}
 	}
 	return dirty, nil

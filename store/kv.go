@@ -36,6 +36,8 @@ type Batch interface {
 	PutRaw(key string, val []byte) error
 	// Delete adds a delete.
 	Delete(key string)
+	// Empty reports whether nothing was staged.
+	Empty() bool
 	// Commit applies the writes atomically and durably.
 	Commit() error
 	// Discard drops an uncommitted batch.
@@ -58,6 +60,15 @@ type Shared interface {
 	// calls fn with "" after each reconnect (notifications may have been
 	// missed in between).
 	Listen(ctx context.Context, fn func(payload string)) error
+}
+
+// AsyncCommitter is implemented by batches that can be applied (visible
+// to every later read and change) without waiting for their sync to disk:
+// the caller releases its locks and then waits, so concurrent changes
+// share one sync (group commit). What is acknowledged is still durable:
+// callers answer only after wait returns nil.
+type AsyncCommitter interface {
+	CommitAsync() (wait func() error, err error)
 }
 
 // Notifier is implemented by batches of a Shared store: a notification

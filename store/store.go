@@ -160,11 +160,12 @@ func ScanJSON[T any](s KV, prefix string, fn func(key string, v T) (bool, error)
 
 // pebbleBatch is a Pebble batch: it commits atomically and synced.
 type pebbleBatch struct {
-	b *pebble.Batch
+	db *pebble.DB
+	b  *pebble.Batch
 }
 
 // NewBatch starts an empty batch.
-func (s *Store) NewBatch() Batch { return &pebbleBatch{b: s.db.NewBatch()} }
+func (s *Store) NewBatch() Batch { return &pebbleBatch{db: s.db, b: s.db.NewBatch()} }
 
 // Put adds a record write to the batch.
 func (b *pebbleBatch) Put(key string, v any) error {
@@ -198,6 +199,26 @@ func (b *pebbleBatch) Commit() error {
 	}
 	return nil
 }
+
+// CommitAsync applies the batch and returns the wait for its WAL sync
+// (Pebble's own visibility is the same either way: a batch is readable
+// once applied, before its sync).
+func (b *pebbleBatch) CommitAsync() (func() error, error) {
+	if err := b.db.ApplyNoSyncWait(b.b, pebble.Sync); err != nil {
+		_ = b.b.Close()
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return func() error {
+		defer b.b.Close()
+		if err := b.b.SyncWait(); err != nil {
+			return fmt.Errorf("commit: sync: %w", err)
+		}
+		return nil
+	}, nil
+}
+
+// Empty reports whether nothing was staged.
+func (b *pebbleBatch) Empty() bool { return b.b.Empty() }
 
 // Discard drops an uncommitted batch.
 func (b *pebbleBatch) Discard() { _ = b.b.Close() }

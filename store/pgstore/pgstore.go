@@ -349,6 +349,8 @@ func (b *batch) Notify(payload string) { b.notes = append(b.notes, payload) }
 
 func (b *batch) Discard() { b.done = true }
 
+func (b *batch) Empty() bool { return len(b.ops) == 0 && len(b.notes) == 0 }
+
 func (b *batch) Commit() error {
 	if b.done {
 		return errors.New("commit: batch already used")
