@@ -20,7 +20,6 @@ package pgstore
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -28,7 +27,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -70,7 +68,9 @@ type Store struct {
 	url    string
 	op     time.Duration
 	log    *slog.Logger
-	holder string
+	// crdb is set on CockroachDB, which has neither advisory locks nor
+	// LISTEN/NOTIFY: notifications are dropped and Listen only waits.
+	crdb bool
 }
 
 var (
@@ -104,14 +104,15 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	host, _ := os.Hostname()
-	s := &Store{pool: pool, url: url, op: o.OpTimeout, log: o.Logger, holder: fmt.Sprintf("%s/%d", host, os.Getpid())}
+	s := &Store{pool: pool, url: url, op: o.OpTimeout, log: o.Logger}
 	pctx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	var version string
+	if err := pool.QueryRow(pctx, "SELECT version()").Scan(&version); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("database %s: %w", redact(cfg), classify(err))
 	}
+	s.crdb = strings.Contains(version, "CockroachDB")
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -136,7 +137,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	db := stdlib.OpenDBFromPool(s.pool)
 	defer db.Close()
 	opts := []goose.ProviderOption{}
-	if locker, err := lock.NewPostgresSessionLocker(); err == nil && !s.cockroach(ctx, db) {
+	if locker, err := lock.NewPostgresSessionLocker(); err == nil && !s.crdb {
 		opts = append(opts, goose.WithSessionLocker(locker))
 	}
 	p, err := goose.NewProvider(goose.DialectPostgres, db, sub, opts...)
@@ -149,16 +150,6 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate database schema: %w", classify(err))
 	}
 	return nil
-}
-
-// cockroach reports whether the server is CockroachDB, which has no
-// advisory locks.
-func (s *Store) cockroach(ctx context.Context, db *sql.DB) bool {
-	var v string
-	c, cancel := context.WithTimeout(ctx, s.op)
-	defer cancel()
-	_ = db.QueryRowContext(c, "SELECT version()").Scan(&v)
-	return strings.Contains(v, "CockroachDB")
 }
 
 // Close closes the connection pool.
@@ -364,6 +355,20 @@ func (b *batch) Commit() error {
 			return b.s.commitIn(tx, b)
 		}
 	}
+	// A batch of its own decided nothing from reads, so a serialisation
+	// conflict (CockroachDB's transaction retry error) is retried here.
+	var err error
+	for try := 0; try < 3; try++ {
+		if err = b.commitOwn(); !isRetryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// commitOwn commits the batch in a transaction of its own that takes the
+// writer lock.
+func (b *batch) commitOwn() error {
 	ctx, cancel := b.s.ctx()
 	defer cancel()
 	tx, err := b.s.pool.Begin(ctx)
@@ -375,6 +380,13 @@ func (b *batch) Commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return b.s.commitIn(tx, b)
+}
+
+// isRetryable reports a serialisation failure: nothing was committed and
+// the same transaction may simply run again.
+func isRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 // commitIn applies the batch in tx, which holds the writer lock, and
@@ -391,8 +403,10 @@ func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
 			pb.Queue("INSERT INTO hearth_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", o.k, o.v)
 		}
 	}
-	for _, n := range b.notes {
-		pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
+	if !s.crdb {
+		for _, n := range b.notes {
+			pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
+		}
 	}
 	if err := tx.SendBatch(ctx, &pb).Close(); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
@@ -486,6 +500,10 @@ func (v *view) Close() error { return nil }
 // reconnects with a growing pause and calls fn("") so the caller rechecks
 // whatever it may have missed.
 func (s *Store) Listen(ctx context.Context, fn func(payload string)) error {
+	if s.crdb {
+		<-ctx.Done()
+		return nil
+	}
 	pause := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, fn)

@@ -8,12 +8,9 @@ CREATE TABLE IF NOT EXISTS hearth_kv (
 );
 
 -- One row that writers lock (SELECT … FOR UPDATE) for the length of their
--- change, so every replica's changes are serialised; holder and since only
--- help an operator see who holds it.
+-- change, so every replica's changes are serialised.
 CREATE TABLE IF NOT EXISTS hearth_lock (
-    id INT PRIMARY KEY,
-    holder TEXT NOT NULL DEFAULT '',
-    since TIMESTAMPTZ
+    id INT PRIMARY KEY
 );
 INSERT INTO hearth_lock (id) VALUES (1) ON CONFLICT (id) DO NOTHING;
 
