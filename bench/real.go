@@ -15,6 +15,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/hearthd/hearth/internal/nginxtest"
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/tinymodel"
@@ -86,12 +87,16 @@ type RealOptions struct {
 	MaxTokens   int
 	ColdRuns    int
 	Log         io.Writer
+	// Nginx puts a private nginx in front of the same Ollama as a third
+	// side of every round.
+	Nginx bool
 }
 
-// RealRound is one direct and one through run.
+// RealRound is one direct, one nginx (if asked) and one through run.
 type RealRound struct {
-	Direct  Side `json:"direct"`
-	Through Side `json:"through"`
+	Direct  Side  `json:"direct"`
+	Nginx   *Side `json:"nginx,omitempty"`
+	Through Side  `json:"through"`
 }
 
 // RealResult compares Ollama's own OpenAI endpoint with hearthd in front of
@@ -111,7 +116,13 @@ type RealResult struct {
 	Errors          int     `json:"errors"`
 	// HearthdCPUusPerToken is hearthd's CPU per relayed token: on a CPU
 	// runtime it is taken from generation.
-	HearthdCPUusPerToken float64          `json:"hearthd_cpu_us_per_token"`
+	HearthdCPUusPerToken float64 `json:"hearthd_cpu_us_per_token"`
+	// The nginx side's aggregates, if it ran.
+	NginxTokensPS       float64          `json:"nginx_tokens_per_s,omitempty"`
+	NginxTTFTP50        float64          `json:"nginx_ttft_p50_us,omitempty"`
+	NginxCPUusPerToken  float64          `json:"nginx_cpu_us_per_token,omitempty"`
+	NginxRSSPeak        int64            `json:"nginx_rss_peak_bytes,omitempty"`
+	HearthdRSSPeak      int64            `json:"hearthd_rss_peak_bytes,omitempty"`
 	ColdStart            *ColdStartResult `json:"cold_start,omitempty"`
 }
 
@@ -120,11 +131,21 @@ func (r *RealResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Real runtime (Ollama %s + %s, %d stream(s), max_tokens %d, %d alternating rounds):\n\n",
 		mockVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds))
-	b.WriteString("| | Ollama /v1 direct | through hearthd | ratio |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.ThroughTokensPS, r.TokensPSRatio)
-	fmt.Fprintf(&b, "| TTFT p50 | %s | %s | %.3f× |\n", us(r.DirectTTFTP50), us(r.ThroughTTFTP50), r.TTFTRatio)
-	fmt.Fprintf(&b, "| errors | | | %d |\n", r.Errors)
-	fmt.Fprintf(&b, "| hearthd CPU per token | | %.1f µs | |\n\n", r.HearthdCPUusPerToken)
+	if r.NginxTokensPS > 0 {
+		b.WriteString("| | Ollama /v1 direct | through nginx | through hearthd | hearthd / nginx |\n|---|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.NginxTokensPS, r.ThroughTokensPS, ratio(r.ThroughTokensPS, r.NginxTokensPS))
+		fmt.Fprintf(&b, "| TTFT p50 | %s | %s | %s | %.3f× |\n", us(r.DirectTTFTP50), us(r.NginxTTFTP50), us(r.ThroughTTFTP50), ratio(r.ThroughTTFTP50, r.NginxTTFTP50))
+		fmt.Fprintf(&b, "| added TTFT p50 | | %s | %s | |\n", us(r.NginxTTFTP50-r.DirectTTFTP50), us(r.ThroughTTFTP50-r.DirectTTFTP50))
+		fmt.Fprintf(&b, "| proxy CPU per token | | %.1f µs | %.1f µs | **%.2f×** |\n", r.NginxCPUusPerToken, r.HearthdCPUusPerToken, ratio(r.HearthdCPUusPerToken, r.NginxCPUusPerToken))
+		fmt.Fprintf(&b, "| proxy RSS peak | | %s MiB | %s MiB | %.2f× |\n", mib(r.NginxRSSPeak), mib(r.HearthdRSSPeak), ratio(float64(r.HearthdRSSPeak), float64(r.NginxRSSPeak)))
+		fmt.Fprintf(&b, "| errors | | | | %d |\n\n", r.Errors)
+	} else {
+		b.WriteString("| | Ollama /v1 direct | through hearthd | ratio |\n|---|---|---|---|\n")
+		fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.ThroughTokensPS, r.TokensPSRatio)
+		fmt.Fprintf(&b, "| TTFT p50 | %s | %s | %.3f× |\n", us(r.DirectTTFTP50), us(r.ThroughTTFTP50), r.TTFTRatio)
+		fmt.Fprintf(&b, "| errors | | | %d |\n", r.Errors)
+		fmt.Fprintf(&b, "| hearthd CPU per token | | %.1f µs | |\n\n", r.HearthdCPUusPerToken)
+	}
 	if c := r.ColdStart; c != nil {
 		fmt.Fprintf(&b, "First request after hearthd start (real runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
 			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
@@ -135,15 +156,25 @@ func (r *RealResult) Markdown() string {
 // aggregate sets the aggregates over r.Rounds.
 func (r *RealResult) aggregate() {
 	var dTok, tTok, dSec, tSec, dTTFT, tTTFT, hCPU float64
+	var nTok, nSec, nTTFT, nCPU float64
 	r.Errors = 0
 	for _, round := range r.Rounds {
+		if ng := round.Nginx; ng != nil {
+			nTok += float64(ng.Tokens)
+			nSec += ng.ElapsedS
+			nTTFT += ng.TTFT.P50
+			nCPU += ng.ProxyCPUS
+			r.NginxRSSPeak = max(r.NginxRSSPeak, ng.ProxyRSSPeak)
+			r.Errors += ng.Errors
+		}
+		r.HearthdRSSPeak = max(r.HearthdRSSPeak, round.Through.ProxyRSSPeak)
 		dTok += float64(round.Direct.Tokens)
 		tTok += float64(round.Through.Tokens)
 		dSec += round.Direct.ElapsedS
 		tSec += round.Through.ElapsedS
 		dTTFT += round.Direct.TTFT.P50
 		tTTFT += round.Through.TTFT.P50
-		hCPU += round.Through.HearthdCPUS
+		hCPU += round.Through.ProxyCPUS
 		r.Errors += round.Direct.Errors + round.Through.Errors
 	}
 	if len(r.Rounds) == 0 {
@@ -158,6 +189,9 @@ func (r *RealResult) aggregate() {
 		r.HearthdCPUusPerToken = hCPU / tTok * 1e6
 	}
 	r.DirectTTFTP50, r.ThroughTTFTP50 = dTTFT/n, tTTFT/n
+	if nSec > 0 && nTok > 0 {
+		r.NginxTokensPS, r.NginxTTFTP50, r.NginxCPUusPerToken = nTok/nSec, nTTFT/n, nCPU/nTok*1e6
+	}
 	if dTTFT > 0 {
 		r.TTFTRatio = tTTFT / dTTFT
 	}
@@ -223,8 +257,19 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 	direct, through := lc, lc
 	direct.Target = ol.URL + "/v1"
 	through.Target, through.Key = h.URL+"/api/v1", key
-	// Warm both paths (connections, the runner's caches) before measuring.
-	for _, w := range []LoadConfig{direct, through} {
+	sides := []LoadConfig{direct, through}
+	var ng *nginxtest.Proxy
+	if o.Nginx {
+		if ng, err = nginxtest.New(nginxtest.Config{Upstream: u.Host}); err != nil {
+			return nil, fmt.Errorf("nginx: %w", err)
+		}
+		defer ng.Close()
+		viaNginx := lc
+		viaNginx.Target = ng.URL + "/v1"
+		sides = append(sides, viaNginx)
+	}
+	// Warm every path (connections, the runner's caches) before measuring.
+	for _, w := range sides {
 		w.Duration, w.Requests = 0, 2
 		if _, err := RunLoad(ctx, w); err != nil {
 			return nil, fmt.Errorf("warm up: %w", err)
@@ -232,18 +277,23 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 	}
 	for i := range max(o.Rounds, 1) {
 		var round RealRound
-		measure := func(lc LoadConfig, hpid int) (Side, error) { return MeasureSide(ctx, lc, ol.PID, hpid) }
-		if i%2 == 0 {
-			if round.Direct, err = measure(direct, 0); err == nil {
-				round.Through, err = measure(through, h.PID)
-			}
-		} else {
-			if round.Through, err = measure(through, h.PID); err == nil {
-				round.Direct, err = measure(direct, 0)
-			}
+		// Each round runs the sides in a rotated order, so drift on a
+		// shared machine hits them alike.
+		runs := []func() error{
+			func() (err error) { round.Direct, err = MeasureSide(ctx, direct, ol.PID); return err },
+			func() (err error) { round.Through, err = MeasureSide(ctx, through, ol.PID, h.PID); return err },
 		}
-		if err != nil {
-			return nil, fmt.Errorf("real round %d: %w", i, err)
+		if ng != nil {
+			runs = append(runs, func() error {
+				s, err := MeasureSide(ctx, sides[2], ol.PID, ng.PIDs()...)
+				round.Nginx = &s
+				return err
+			})
+		}
+		for k := range runs {
+			if err := runs[(i+k)%len(runs)](); err != nil {
+				return nil, fmt.Errorf("real round %d: %w", i, err)
+			}
 		}
 		res.Rounds = append(res.Rounds, round)
 	}

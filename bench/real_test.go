@@ -7,9 +7,9 @@ import (
 func TestRealResultAggregate(t *testing.T) {
 	r := &RealResult{Rounds: []RealRound{
 		{Direct: Side{Tokens: 100, ElapsedS: 1, TTFT: Dist{P50: 1000}, Errors: 1},
-			Through: Side{Tokens: 90, ElapsedS: 1, TTFT: Dist{P50: 1200}, HearthdCPUS: 0.0009}},
+			Through: Side{Tokens: 90, ElapsedS: 1, TTFT: Dist{P50: 1200}, ProxyCPUS: 0.0009}},
 		{Direct: Side{Tokens: 300, ElapsedS: 1, TTFT: Dist{P50: 3000}},
-			Through: Side{Tokens: 110, ElapsedS: 1, TTFT: Dist{P50: 2800}, HearthdCPUS: 0.0011, Errors: 2}},
+			Through: Side{Tokens: 110, ElapsedS: 1, TTFT: Dist{P50: 2800}, ProxyCPUS: 0.0011, Errors: 2}},
 	}}
 	r.aggregate()
 	if r.DirectTokensPS != 200 || r.ThroughTokensPS != 100 || r.TokensPSRatio != 0.5 {

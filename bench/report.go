@@ -106,12 +106,13 @@ func (r *Report) Markdown() string {
 				s.Direct.CompletionsPS, s.Through.CompletionsPS,
 				s.Direct.TokensPS, s.Through.TokensPS,
 				s.HearthdCPUSPerMTokens,
-				mib(s.Through.HearthdRSSPeak), mib(s.Through.HearthdHWM),
+				mib(s.Through.ProxyRSSPeak), mib(s.Through.ProxyHWM),
 				s.Direct.Errors, s.Through.Errors,
 				s.HearthdCPUusPerToken, mock, lg)
 		}
 		b.WriteString("\n")
 	}
+	r.nginxTable(&b)
 	if c := r.ColdStart; c != nil {
 		fmt.Fprintf(&b, "First request after start (mock runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
 			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
@@ -150,4 +151,41 @@ func writeResults(dir, prefix string, started time.Time, v any, md string) (stri
 		}
 	}
 	return filepath.Join(dir, stamp+".md"), nil
+}
+
+// ratio is a / b, or 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// nginxTable writes the scenarios that ran through nginx too, side by side
+// with hearthd: what one tuned hop costs, and hearthd's cost as a ratio.
+func (r *Report) nginxTable(b *strings.Builder) {
+	header := false
+	for _, s := range r.Scenarios {
+		n := s.Nginx
+		if n == nil {
+			continue
+		}
+		if !header {
+			b.WriteString("Against nginx (`proxy_buffering off`, keep-alive upstream, one worker per core) in front of the same mock, same run:\n\n")
+			b.WriteString("| scenario | completions/s direct / nginx / hearthd (hearthd ÷ nginx) | added TTFT p50 nginx / hearthd | added TTFT p99 nginx / hearthd | proxy CPU-µs/token nginx / hearthd (ratio) | proxy RSS peak MiB nginx / hearthd (ratio) | errors nginx / hearthd |\n")
+			b.WriteString("|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		t, d := s.Through, s.Direct
+		fmt.Fprintf(b, "| %s | %.0f / %.0f / %.0f (**%.2f×**) | %s / %s | %s / %s | %.1f / %.1f (**%.2f×**) | %s / %s (%.2f×) | %d / %d |\n",
+			s.Scenario.Name, d.CompletionsPS, n.CompletionsPS, t.CompletionsPS, ratio(t.CompletionsPS, n.CompletionsPS),
+			us(n.TTFT.P50-d.TTFT.P50), us(t.TTFT.P50-d.TTFT.P50),
+			us(n.TTFT.P99-d.TTFT.P99), us(t.TTFT.P99-d.TTFT.P99),
+			n.CPUusPerToken(), t.CPUusPerToken(), ratio(t.CPUusPerToken(), n.CPUusPerToken()),
+			mib(n.ProxyRSSPeak), mib(t.ProxyRSSPeak), ratio(float64(t.ProxyRSSPeak), float64(n.ProxyRSSPeak)),
+			n.Errors, t.Errors)
+	}
+	if header {
+		b.WriteString("\n")
+	}
 }

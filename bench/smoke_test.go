@@ -81,7 +81,7 @@ func TestSmoke(t *testing.T) {
 		if got, want := r.Direct.Tokens+r.Through.Tokens, after.Tokens-before.Tokens; got != want {
 			t.Errorf("%s: clients got %d tokens, mock sent %d", sc.Name, got, want)
 		}
-		if r.Through.HearthdCPUS < 0 || r.Through.HearthdRSSPeak <= 0 || r.Through.HearthdHWM < r.Through.HearthdRSSPeak/2 {
+		if r.Through.ProxyCPUS < 0 || r.Through.ProxyRSSPeak <= 0 || r.Through.ProxyHWM < r.Through.ProxyRSSPeak/2 {
 			t.Errorf("%s: hearthd process stats %+v", sc.Name, r.Through)
 		}
 		rep := Report{Scenarios: []ScenarioResult{r}}

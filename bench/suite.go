@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/hearthd/hearth/internal/nginxtest"
 )
 
 // Scenario is one load shape, driven once directly at the runtime and once
@@ -47,15 +49,27 @@ type Side struct {
 	TokensPS       float64  `json:"tokens_per_s"`
 	LoadgenCPUS    float64  `json:"loadgen_cpu_s"`
 	MockCPUS       float64  `json:"mock_cpu_s,omitempty"`
-	HearthdCPUS    float64  `json:"hearthd_cpu_s,omitempty"`
-	HearthdRSSPeak int64    `json:"hearthd_rss_peak_bytes,omitempty"`
-	HearthdHWM     int64    `json:"hearthd_hwm_bytes,omitempty"`
+	// The proxy's (hearthd's, or nginx's: master and workers summed) CPU
+	// and memory.
+	ProxyCPUS    float64 `json:"proxy_cpu_s,omitempty"`
+	ProxyRSSPeak int64   `json:"proxy_rss_peak_bytes,omitempty"`
+	ProxyHWM     int64   `json:"proxy_hwm_bytes,omitempty"`
 }
 
-// ScenarioResult compares the two sides of a scenario.
+// CPUusPerToken is the proxy's CPU per relayed token, in microseconds.
+func (s Side) CPUusPerToken() float64 {
+	if s.Tokens == 0 {
+		return 0
+	}
+	return s.ProxyCPUS / float64(s.Tokens) * 1e6
+}
+
+// ScenarioResult compares the sides of a scenario: the runtime directly,
+// through nginx (if the suite has one) and through hearthd.
 type ScenarioResult struct {
 	Scenario Scenario `json:"scenario"`
 	Direct   Side     `json:"direct"`
+	Nginx    *Side    `json:"nginx,omitempty"`
 	Through  Side     `json:"through"`
 	// Added time to first token: through minus direct, per percentile.
 	AddedTTFTP50us float64 `json:"added_ttft_p50_us"`
@@ -87,7 +101,10 @@ type Suite struct {
 	// ProfileDir, if set, receives hearthd's CPU, heap and goroutine
 	// profiles for every scenario, taken during its through side.
 	ProfileDir string
-	Log        *slog.Logger
+	// Nginx, if set, is a reverse proxy in front of the mock: every
+	// scenario is also driven through it, the cost of one tuned hop.
+	Nginx *nginxtest.Proxy
+	Log   *slog.Logger
 
 	key      string
 	stateDir string
@@ -153,9 +170,20 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 		Duration: sc.Duration, Ramp: sc.Ramp, ExpectTokens: sc.Tokens, Verify: s.Verify,
 	}
 	lc.Target = s.MockURL + "/v1"
-	direct, err := MeasureSide(ctx, lc, s.MockPID, 0)
+	direct, err := MeasureSide(ctx, lc, s.MockPID)
 	if err != nil {
 		return res, fmt.Errorf("%s direct: %w", sc.Name, err)
+	}
+	if s.Nginx != nil {
+		nlc := lc
+		nlc.Target = s.Nginx.URL + "/v1"
+		ng, err := MeasureSide(ctx, nlc, s.MockPID, s.Nginx.PIDs()...)
+		if err != nil {
+			return res, fmt.Errorf("%s through nginx: %w", sc.Name, err)
+		}
+		res.Nginx = &ng
+		// Let nginx's client connections close before hearthd's turn.
+		time.Sleep(time.Second)
 	}
 	lc.Target, lc.Key = h.URL+"/api/v1", s.key
 	var profiled func() error
@@ -175,7 +203,7 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 	res.AddedTTFTP50us = through.TTFT.P50 - direct.TTFT.P50
 	res.AddedTTFTP99us = through.TTFT.P99 - direct.TTFT.P99
 	if through.Tokens > 0 {
-		res.HearthdCPUSPerMTokens = through.HearthdCPUS / float64(through.Tokens) * 1e6
+		res.HearthdCPUSPerMTokens = through.CPUusPerToken()
 		res.HearthdCPUusPerToken = res.HearthdCPUSPerMTokens
 	}
 	s.Log.Info("scenario done", "name", sc.Name,
@@ -185,29 +213,29 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 }
 
 // MeasureSide runs one load and samples the CPU of this process, of the
-// mock (mockPID, if not 0) and of hearthd (hearthdPID, if not 0), and
-// hearthd's memory.
-func MeasureSide(ctx context.Context, lc LoadConfig, mockPID, hearthdPID int) (Side, error) {
+// mock (mockPID, if not 0) and of the proxy's processes (hearthd, or
+// nginx's master and workers), and the proxy's memory, summed over them.
+func MeasureSide(ctx context.Context, lc LoadConfig, mockPID int, proxyPIDs ...int) (Side, error) {
 	side := Side{Target: lc.Target}
 	self0 := SelfCPU()
-	var mock0, hd0 ProcSample
+	var mock0 ProcSample
 	var err error
 	if mockPID != 0 {
 		if mock0, err = ReadProc(mockPID); err != nil {
 			return side, err
 		}
 	}
+	proxy0, err := readProcs(proxyPIDs)
+	if err != nil {
+		return side, err
+	}
 	var (
-		peak   int64
+		peak   = proxy0.RSS
 		wg     sync.WaitGroup
 		stopMu sync.Mutex
 	)
 	stop := make(chan struct{})
-	if hearthdPID != 0 {
-		if hd0, err = ReadProc(hearthdPID); err != nil {
-			return side, err
-		}
-		peak = hd0.RSS
+	if len(proxyPIDs) > 0 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -218,7 +246,7 @@ func MeasureSide(ctx context.Context, lc LoadConfig, mockPID, hearthdPID int) (S
 				case <-stop:
 					return
 				case <-t.C:
-					if p, err := ReadProc(hearthdPID); err == nil {
+					if p, err := readProcs(proxyPIDs); err == nil {
 						stopMu.Lock()
 						peak = max(peak, p.RSS)
 						stopMu.Unlock()
@@ -239,17 +267,33 @@ func MeasureSide(ctx context.Context, lc LoadConfig, mockPID, hearthdPID int) (S
 			side.MockCPUS = (p.CPU - mock0.CPU).Seconds()
 		}
 	}
-	if hearthdPID != 0 {
-		p, err := ReadProc(hearthdPID)
+	if len(proxyPIDs) > 0 {
+		p, err := readProcs(proxyPIDs)
 		if err != nil {
 			return side, err
 		}
-		side.HearthdCPUS = (p.CPU - hd0.CPU).Seconds()
-		side.HearthdRSSPeak = max(peak, p.RSS)
-		side.HearthdHWM = p.HWM
+		side.ProxyCPUS = (p.CPU - proxy0.CPU).Seconds()
+		side.ProxyRSSPeak = max(peak, p.RSS)
+		side.ProxyHWM = p.HWM
 	}
 	fillSide(&side, r)
 	return side, nil
+}
+
+// readProcs sums the samples of several processes (nginx's master and
+// workers); none is a zero sample.
+func readProcs(pids []int) (ProcSample, error) {
+	var sum ProcSample
+	for _, pid := range pids {
+		p, err := ReadProc(pid)
+		if err != nil {
+			return sum, err
+		}
+		sum.CPU += p.CPU
+		sum.RSS += p.RSS
+		sum.HWM += p.HWM
+	}
+	return sum, nil
 }
 
 func fillSide(side *Side, r *LoadResult) {

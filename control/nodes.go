@@ -296,43 +296,40 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		}
 		o.IP = a.Unmap().String()
 	}
+	// Most reports are a settled node saying the same again, which changes
+	// nothing: that is decided first without the change lock (on a shared
+	// database a round trip to its writer lock each), and only a report
+	// that changes something takes it and decides again.
+	now := s.now()
+	dry := s.dryRun()
+	settled, e, err := s.applyReport(dry, id, o, now)
+	dry.discard()
+	if e == nil && err == nil && settled {
+		s.noteReported(id, now)
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	unlock, err := s.lock(r.Context())
 	if err != nil {
 		s.nodeInternal(w, err)
 		return
 	}
 	defer unlock() //nolint:errcheck // a no-op once the success path has called it
-	now := s.now()
 	m := s.begin()
-	n, err := m.node(id)
-	if err == nil {
-		if e := checkReport(&o, n.Revision); e != nil {
-			m.discard()
-			writeError(w, e)
-			return
-		}
-		// Usage is kept per key (recordUsage), not in the node record.
-		kept := o
-		kept.Usage = nil
-		if n.Observed != nil && reflect.DeepEqual(*n.Observed, kept) {
-			// The periodic report of a settled node: nothing to write
-			// but its time, which the sweep persists (as last-seen).
-			s.seenMu.Lock()
-			s.reported[id] = now
-			s.seenMu.Unlock()
-		} else {
-			n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
-			m.saveNode(n)
-		}
-		err = s.applyObserved(m, n, o, now)
+	settled, e, err = s.applyReport(m, id, o, now)
+	if e != nil {
+		m.discard()
+		writeError(w, e)
+		return
 	}
 	if err != nil {
 		m.discard()
 		s.nodeInternal(w, err)
 		return
 	}
-	if m.empty() {
+	if settled {
 		m.discard()
+		s.noteReported(id, now)
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -347,12 +344,43 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// applyReport stages what a report changes in m and reports whether it
+// changes nothing at all (a settled node's periodic report).
+func (s *Server) applyReport(m *mutation, id string, o nodeapi.Observed, now time.Time) (settled bool, _ *apiError, _ error) {
+	n, err := m.node(id)
+	if err != nil {
+		return false, nil, err
+	}
+	if e := checkReport(&o, n.Revision); e != nil {
+		return false, e, nil
+	}
+	// Usage is kept per key (recordUsage), not in the node record.
+	kept := o
+	kept.Usage = nil
+	if n.Observed == nil || !reflect.DeepEqual(*n.Observed, kept) {
+		n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
+		m.saveNode(n)
+	}
+	if err := s.applyObserved(m, n, o, now); err != nil {
+		return false, nil, err
+	}
+	return m.empty(), nil, nil
+}
+
+// noteReported keeps the time of a report that changed nothing; the sweep
+// persists it (as it does last-seen times).
+func (s *Server) noteReported(id string, now time.Time) {
+	s.seenMu.Lock()
+	s.reported[id] = now
+	s.seenMu.Unlock()
+}
+
 func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now time.Time) error {
 	if n.ServerID == "" {
 		if n.WipePending && o.Wiped && o.Revision >= n.Revision {
 			n.WipePending, n.Revision = false, m.nextRev()
 			m.wake[n.ID] = true
-			s.log.Info("node reported its wipe; back in the pool", "node", n.ID)
+			m.logInfo("node reported its wipe; back in the pool", "node", n.ID)
 		}
 		return nil
 	}
@@ -369,7 +397,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		}
 		n.ServerID, n.ServerProject, n.Revision = "", "", m.nextRev()
 		m.wake[n.ID] = true
-		s.log.Info("server deleted", "server", srv.ID, "node", n.ID)
+		m.logInfo("server deleted", "server", srv.ID, "node", n.ID)
 		return nil
 	}
 	if err := s.recordUsage(m, srv.ID, o.Usage); err != nil {
@@ -379,7 +407,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 	if srv.Status == StatusUnreachable {
 		srv.restore()
 		changed = true
-		s.log.Info("server's node reports again", "server", srv.ID, "node", n.ID, "status", srv.Status)
+		m.logInfo("server's node reports again", "server", srv.ID, "node", n.ID, "status", srv.Status)
 	}
 	if o.IP != "" && o.IP != srv.IP {
 		srv.IP, changed = o.IP, true
@@ -388,7 +416,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 	case StatusProvisioning, StatusUpdating, StatusFailed:
 		if converged(o, n.Revision, srv) {
 			srv.Status, srv.StatusSince, changed = StatusRunning, now, true
-			s.log.Info("server running", "server", srv.ID, "node", n.ID, "model", srv.Model)
+			m.logInfo("server running", "server", srv.ID, "node", n.ID, "model", srv.Model)
 		}
 	}
 	if !changed {

@@ -316,10 +316,29 @@ type mutation struct {
 	// srvStatus is each server's status as this change left it, for the
 	// status index (statusindex.go).
 	srvStatus map[string]string
+	// rev0 is the revision the change started from; dry marks a change
+	// only tried without the lock, to see whether it changes anything: it
+	// is never committed and logs nothing.
+	rev0 uint64
+	dry  bool
+}
+
+// dryRun starts a change to be tried without the change lock and then
+// discarded (mutation.dry).
+func (s *Server) dryRun() *mutation {
+	return &mutation{s: s, b: s.st.NewBatch(), dry: true, wake: map[string]bool{},
+		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
+}
+
+// logInfo logs an event of the change, unless it is a dry run.
+func (m *mutation) logInfo(msg string, args ...any) {
+	if !m.dry {
+		m.s.log.Info(msg, args...)
+	}
 }
 
 func (s *Server) begin() *mutation {
-	return &mutation{s: s, b: s.w.NewBatch(), rev: s.rev, wake: map[string]bool{},
+	return &mutation{s: s, b: s.w.NewBatch(), rev: s.rev, rev0: s.rev, wake: map[string]bool{},
 		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
 }
 
@@ -441,7 +460,7 @@ func (m *mutation) commit() error {
 func (m *mutation) discard() { m.b.Discard() }
 
 // empty reports whether the change has nothing to write.
-func (m *mutation) empty() bool { return len(m.dirty) == 0 && m.rev == m.s.rev && m.b.Empty() }
+func (m *mutation) empty() bool { return len(m.dirty) == 0 && m.rev == m.rev0 && m.b.Empty() }
 
 // watcher returns a channel closed at the node's next change.
 func (s *Server) watcher(nodeID string) <-chan struct{} {

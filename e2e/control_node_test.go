@@ -6,15 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hearthd/hearth/internal/pgtest"
 	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // TestControlPlaneAndNode runs the control plane and a hearthd node as two
 // real processes: the node enrolls, a server created through the API is
 // assigned to it and becomes running, changes reach it, and deleting the
-// server returns it to the pool.
+// server returns it to the pool; on embedded Pebble and on PostgreSQL.
 func TestControlPlaneAndNode(t *testing.T) {
-	ctl := startControl(t)
+	t.Run("pebble", func(t *testing.T) { testControlPlaneAndNode(t, startControl(t)) })
+	t.Run("postgres", func(t *testing.T) {
+		db := pgtest.Start(t)
+		testControlPlaneAndNode(t, startControl(t, "--database-url", db.NewDatabase(t)))
+	})
+}
+
+func testControlPlaneAndNode(t *testing.T, ctl *controlPlane) {
 	// While the server runs, the CLI goes through its admin socket.
 	token2 := strings.TrimSpace(ctl.cli("tokens", "create", "--project", "default", "--name", "online"))
 	if !strings.HasPrefix(token2, "hct_") || token2 == ctl.token {

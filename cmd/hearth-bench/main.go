@@ -17,15 +17,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hearthd/hearth/bench"
+	"github.com/hearthd/hearth/internal/nginxtest"
 )
 
 const usage = `usage:
@@ -118,7 +121,7 @@ func runLoad(ctx context.Context, args []string) error {
 	if _, err := bench.RaiseNoFile(uint64(c.Concurrency) + 1024); err != nil {
 		slog.Warn("open-file limit", "err", err)
 	}
-	side, err := bench.MeasureSide(ctx, c, 0, 0)
+	side, err := bench.MeasureSide(ctx, c, 0)
 	if err != nil {
 		return err
 	}
@@ -174,6 +177,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	hearthdArgs := fs.String("hearthd-args", "", "extra space-separated `hearthd serve` arguments (e.g. a CPU profile flag)")
 	hearthdLog := fs.String("hearthd-log", "", "file for hearthd's and Ollama's output (default: discarded)")
 	profile := fs.String("profile", "", "directory for hearthd's CPU, heap and goroutine profiles per scenario (from its /debug/pprof/)")
+	withNginx := fs.Bool("nginx", true, "also drive every scenario through a private nginx (Debian's package) in front of the same runtime")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -220,11 +224,31 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	if err := s.Setup(ctx); err != nil {
 		return err
 	}
+	scs := scenarios(*scale, *only, noFile)
+	if *withNginx {
+		streams := 16
+		for _, sc := range scs {
+			streams = max(streams, sc.Concurrency)
+		}
+		u, err := url.Parse(mockURL)
+		if err != nil {
+			return fmt.Errorf("mock url: %w", err)
+		}
+		// As an operator would run it: a worker per core, each able to
+		// hold every stream (two connections each) should one get them all.
+		ng, err := nginxtest.New(nginxtest.Config{Upstream: u.Host, WorkerProcesses: runtime.NumCPU(),
+			WorkerConnections: 2*streams + 256, Keepalive: 256})
+		if err != nil {
+			return err
+		}
+		defer ng.Close()
+		s.Nginx = ng
+	}
 	h, err := s.StartHearthd(ctx)
 	if err != nil {
 		return err
 	}
-	h, err = runScenarios(ctx, log, s, h, scenarios(*scale, *only, noFile), rep, *out)
+	h, err = runScenarios(ctx, log, s, h, scs, rep, *out)
 	if stopErr := h.Stop(); err == nil {
 		err = stopErr
 	}
@@ -240,7 +264,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 		runRealRuntime(ctx, log, rep, bench.RealOptions{
 			HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work, Rounds: 4,
 			Duration: time.Duration(*scale * float64(8*time.Second)), Concurrency: 1, MaxTokens: 128,
-			ColdRuns: *coldRuns, Log: logw,
+			ColdRuns: *coldRuns, Log: logw, Nginx: *withNginx,
 		})
 	}
 	path, err := rep.Write(*out)
