@@ -118,12 +118,12 @@ type RealResult struct {
 	// runtime it is taken from generation.
 	HearthdCPUusPerToken float64 `json:"hearthd_cpu_us_per_token"`
 	// The nginx side's aggregates, if it ran.
-	NginxTokensPS       float64          `json:"nginx_tokens_per_s,omitempty"`
-	NginxTTFTP50        float64          `json:"nginx_ttft_p50_us,omitempty"`
-	NginxCPUusPerToken  float64          `json:"nginx_cpu_us_per_token,omitempty"`
-	NginxRSSPeak        int64            `json:"nginx_rss_peak_bytes,omitempty"`
-	HearthdRSSPeak      int64            `json:"hearthd_rss_peak_bytes,omitempty"`
-	ColdStart            *ColdStartResult `json:"cold_start,omitempty"`
+	NginxTokensPS      float64          `json:"nginx_tokens_per_s,omitempty"`
+	NginxTTFTP50       float64          `json:"nginx_ttft_p50_us,omitempty"`
+	NginxCPUusPerToken float64          `json:"nginx_cpu_us_per_token,omitempty"`
+	NginxRSSPeak       int64            `json:"nginx_rss_peak_bytes,omitempty"`
+	HearthdRSSPeak     int64            `json:"hearthd_rss_peak_bytes,omitempty"`
+	ColdStart          *ColdStartResult `json:"cold_start,omitempty"`
 }
 
 // Markdown renders the comparison.

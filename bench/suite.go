@@ -35,20 +35,20 @@ type Scenario struct {
 
 // Side is what the load generator measured against one target.
 type Side struct {
-	Target         string   `json:"target"`
-	Requests       int      `json:"requests"`
-	Completed      int      `json:"completed"`
-	Errors         int      `json:"errors"`
-	ErrorSamples   []string `json:"error_samples,omitempty"`
-	Tokens         int64    `json:"tokens"`
-	ElapsedS       float64  `json:"elapsed_s"`
-	TTFT           Dist     `json:"ttft"`
-	Gap            Dist     `json:"inter_token"`
-	Total          Dist     `json:"total"`
-	CompletionsPS  float64  `json:"completions_per_s"`
-	TokensPS       float64  `json:"tokens_per_s"`
-	LoadgenCPUS    float64  `json:"loadgen_cpu_s"`
-	MockCPUS       float64  `json:"mock_cpu_s,omitempty"`
+	Target        string   `json:"target"`
+	Requests      int      `json:"requests"`
+	Completed     int      `json:"completed"`
+	Errors        int      `json:"errors"`
+	ErrorSamples  []string `json:"error_samples,omitempty"`
+	Tokens        int64    `json:"tokens"`
+	ElapsedS      float64  `json:"elapsed_s"`
+	TTFT          Dist     `json:"ttft"`
+	Gap           Dist     `json:"inter_token"`
+	Total         Dist     `json:"total"`
+	CompletionsPS float64  `json:"completions_per_s"`
+	TokensPS      float64  `json:"tokens_per_s"`
+	LoadgenCPUS   float64  `json:"loadgen_cpu_s"`
+	MockCPUS      float64  `json:"mock_cpu_s,omitempty"`
 	// The proxy's (hearthd's, or nginx's: master and workers summed) CPU
 	// and memory.
 	ProxyCPUS    float64 `json:"proxy_cpu_s,omitempty"`
