@@ -371,13 +371,9 @@ func (b *batch) Commit() error {
 func (b *batch) commitOwn() error {
 	ctx, cancel := b.s.ctx()
 	defer cancel()
-	tx, err := b.s.pool.Begin(ctx)
+	tx, err := b.s.pool.BeginTx(ctx, lockedTx)
 	if err != nil {
-		return fmt.Errorf("commit: %w", classify(err))
-	}
-	if err := b.s.lockRow(ctx, tx); err != nil {
-		_ = tx.Rollback(context.Background())
-		return fmt.Errorf("commit: %w", err)
+		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
 	return b.s.commitIn(tx, b)
 }
@@ -417,14 +413,11 @@ func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
 	return nil
 }
 
-// lockRow takes the writer lock in tx.
-func (s *Store) lockRow(ctx context.Context, tx pgx.Tx) error {
-	var one int
-	if err := tx.QueryRow(ctx, "SELECT id FROM hearth_lock WHERE id = 1 FOR UPDATE").Scan(&one); err != nil {
-		return fmt.Errorf("take the writer lock: %w", classify(err))
-	}
-	return nil
-}
+// lockedTx begins a transaction that holds the writer lock: BEGIN and the
+// row lock go in one round trip (a multi-statement simple query), since a
+// change holds the lock for its round trips and the lock bounds the rate
+// of changes fleet-wide.
+var lockedTx = pgx.TxOptions{BeginQuery: "BEGIN; SELECT id FROM hearth_lock WHERE id = 1 FOR UPDATE"}
 
 // section is a held writer lock: a transaction that has locked the row and
 // that the section's first batch commits in.
@@ -451,13 +444,9 @@ func (sec *section) take() pgx.Tx {
 func (s *Store) Lock(ctx context.Context) (store.KV, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, s.op)
 	defer cancel()
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.pool.BeginTx(ctx, lockedTx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("begin: %w", classify(err))
-	}
-	if err := s.lockRow(ctx, tx); err != nil {
-		_ = tx.Rollback(context.Background())
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
 	}
 	sec := &section{s: s, tx: tx}
 	unlock := func() {
