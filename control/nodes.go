@@ -105,39 +105,58 @@ func (s *Server) nodeInternal(w http.ResponseWriter, err error) {
 }
 
 // authNode resolves the node credential to its node ID and records the
-// node's last-seen time.
-func (s *Server) authNode(r *http.Request) (string, *apiError) {
+// node's last-seen time. It returns the node record it read, which a
+// report that takes no lock uses as is.
+func (s *Server) authNode(r *http.Request) (string, *nodeRec, *apiError) {
 	cred := bearer(r)
 	unauthorized := &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or invalid node credential"}
 	if !strings.HasPrefix(cred, secretNode) {
-		return "", unauthorized
+		return "", nil, unauthorized
 	}
 	h := hashSecret(cred)
-	var id string
-	// A database out of reach must not look like a revoked credential.
-	if err := s.st.Get(pfxNodeCred+h, &id); err != nil {
-		if ae := storeFailure(err); ae != nil {
-			return "", ae
+	// A credential's node never changes, so the lookup is remembered; the
+	// node record read next is what decides (a deleted node is refused).
+	s.credMu.Lock()
+	id, known := s.credNode[h]
+	s.credMu.Unlock()
+	if !known {
+		// A database out of reach must not look like a revoked credential.
+		if err := s.st.Get(pfxNodeCred+h, &id); err != nil {
+			if ae := storeFailure(err); ae != nil {
+				return "", nil, ae
+			}
+			return "", nil, unauthorized
 		}
-		return "", unauthorized
 	}
 	var n nodeRec
 	if err := s.st.Get(pfxNode+id, &n); err != nil || !hashesEqual(n.CredentialHash, h) {
 		if ae := storeFailure(err); ae != nil {
-			return "", ae
+			return "", nil, ae
 		}
-		return "", unauthorized
+		return "", nil, unauthorized
+	}
+	if !known {
+		s.credMu.Lock()
+		if len(s.credNode) >= maxCredCache {
+			clear(s.credNode)
+		}
+		s.credNode[h] = id
+		s.credMu.Unlock()
 	}
 	s.seenMu.Lock()
 	s.lastSeen[id] = s.now()
 	s.seenMu.Unlock()
 	if q := s.admitIn("node/"+id, s.cfg.Now(), s.cfg.NodeRateLimit, s.cfg.NodeRateBurst); q.wait > 0 {
-		return id, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+		return id, nil, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
 			message:    "too many requests from this node; retry after the Retry-After delay",
 			retryAfter: int(math.Ceil(q.wait.Seconds()))}
 	}
-	return id, nil
+	return id, &n, nil
 }
+
+// maxCredCache bounds the remembered credential lookups (authNode); past
+// it the cache starts over.
+const maxCredCache = 1 << 17
 
 // longPollWriteMargin is the time a long-poll's answer has to be written
 // once its wait is over.
@@ -147,7 +166,7 @@ const longPollWriteMargin = 30 * time.Second
 // revision is newer than ?after=, or 204 after ?wait= seconds (at most
 // MaxLongPoll) with nothing newer.
 func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
-	id, e := s.authNode(r)
+	id, _, e := s.authNode(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -278,7 +297,7 @@ func converged(o nodeapi.Observed, rev uint64, srv serverRec) bool {
 // deleting → gone once the node confirms the wipe, returning the node to
 // the pool.
 func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
-	id, e := s.authNode(r)
+	id, node, e := s.authNode(r)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -302,6 +321,7 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 	// that changes something takes it and decides again.
 	now := s.now()
 	dry := s.dryRun()
+	dry.preload(node)
 	settled, e, err := s.applyReport(dry, id, o, now)
 	dry.discard()
 	if e == nil && err == nil && settled {

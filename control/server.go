@@ -111,6 +111,9 @@ type Server struct {
 	tokMu   sync.Mutex
 	tokUsed map[string]time.Time // API token ID → last request, ahead of the stored value
 
+	credMu   sync.Mutex
+	credNode map[string]string // node credential hash → node ID (authNode)
+
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed
 
@@ -181,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		projNames: map[string]string{},
 		lastSeen:  map[string]time.Time{},
 		reported:  map[string]time.Time{},
+		credNode:  map[string]string{},
 	}
 	s.w = s.st
 	s.shared, _ = s.st.(store.Shared)
@@ -328,6 +332,15 @@ type mutation struct {
 func (s *Server) dryRun() *mutation {
 	return &mutation{s: s, b: s.st.NewBatch(), dry: true, wake: map[string]bool{},
 		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
+}
+
+// preload makes n (just read) the change's view of its node, saving the
+// read.
+func (m *mutation) preload(n *nodeRec) {
+	if n != nil {
+		m.nodes[n.ID] = n
+		m.orig[n.ID] = freeKey(n)
+	}
 }
 
 // logInfo logs an event of the change, unless it is a dry run.

@@ -46,10 +46,14 @@ var migrations embed.FS
 // notifyChannel is the LISTEN/NOTIFY channel of store.Notifier payloads.
 const notifyChannel = "hearth_control"
 
-// scanPage is how many records a scan reads per query: scans never hold a
-// connection while the caller's function runs, and a long scan is not one
-// huge result.
-const scanPage = 256
+// firstPage and maxPage bound how many records a scan reads per query:
+// scans never hold a connection while the caller's function runs, and a
+// long scan is not one huge result. Pages start small and double, since
+// many scans stop at their first records (a capacity pick, a list page).
+const (
+	firstPage = 16
+	maxPage   = 256
+)
 
 // Options configure Open.
 type Options struct {
@@ -225,8 +229,9 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 		}
 	}
 	first := true
+	size := firstPage
 	for {
-		page, err := s.page(lower, upper, reverse, first)
+		page, err := s.page(lower, upper, reverse, first, size)
 		if err != nil {
 			return fmt.Errorf("scan %q: %w", prefix, err)
 		}
@@ -239,9 +244,10 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 				return nil
 			}
 		}
-		if len(page) < scanPage {
+		if len(page) < size {
 			return nil
 		}
+		size = min(2*size, maxPage)
 		last := page[len(page)-1].k
 		if reverse {
 			upper = last
@@ -253,9 +259,9 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 
 type row struct{ k, v []byte }
 
-// page reads up to scanPage records in [lower, upper) (upper nil: no bound)
+// page reads up to size records in [lower, upper) (upper nil: no bound)
 // in order; after the first forward page lower itself is excluded.
-func (s *Store) page(lower, upper []byte, reverse, inclusive bool) ([]row, error) {
+func (s *Store) page(lower, upper []byte, reverse, inclusive bool, size int) ([]row, error) {
 	q := "SELECT k, v FROM hearth_kv WHERE k >= $1"
 	if !inclusive {
 		q = "SELECT k, v FROM hearth_kv WHERE k > $1"
@@ -270,7 +276,7 @@ func (s *Store) page(lower, upper []byte, reverse, inclusive bool) ([]row, error
 	} else {
 		q += " ORDER BY k"
 	}
-	q += fmt.Sprintf(" LIMIT %d", scanPage)
+	q += fmt.Sprintf(" LIMIT %d", size)
 	ctx, cancel := s.ctx()
 	defer cancel()
 	rows, err := s.pool.Query(ctx, q, args...)
