@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hearthd/hearth/internal/nginxtest"
 )
 
 // buildHearthd builds the hearthd binary the smoke run drives.
@@ -32,6 +34,8 @@ func TestSmoke(t *testing.T) {
 		HearthdBin: buildHearthd(t), MockURL: mock.URL, Model: "bench",
 		WorkDir: t.TempDir(), MaxStreams: 64, Verify: true, HearthdLog: &logs,
 	}
+	// nginx in front of the same mock, as make bench runs it.
+	s.Nginx = nginxtest.Start(t, nginxtest.Config{Upstream: strings.TrimPrefix(mock.URL, "http://")})
 	if err := s.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +67,10 @@ func TestSmoke(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := mock.Stats()
-		for name, side := range map[string]Side{"direct": r.Direct, "through": r.Through} {
+		if r.Nginx == nil {
+			t.Fatalf("%s: no nginx side", sc.Name)
+		}
+		for name, side := range map[string]Side{"direct": r.Direct, "nginx": *r.Nginx, "through": r.Through} {
 			if side.Errors != 0 || side.Completed == 0 || side.Completed != side.Requests {
 				t.Errorf("%s %s: %d of %d completed, %d errors %v", sc.Name, name, side.Completed, side.Requests, side.Errors, side.ErrorSamples)
 			}
@@ -78,15 +85,20 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 		// Every token the mock generated reached the client.
-		if got, want := r.Direct.Tokens+r.Through.Tokens, after.Tokens-before.Tokens; got != want {
+		if got, want := r.Direct.Tokens+r.Nginx.Tokens+r.Through.Tokens, after.Tokens-before.Tokens; got != want {
 			t.Errorf("%s: clients got %d tokens, mock sent %d", sc.Name, got, want)
 		}
-		if r.Through.ProxyCPUS < 0 || r.Through.ProxyRSSPeak <= 0 || r.Through.ProxyHWM < r.Through.ProxyRSSPeak/2 {
-			t.Errorf("%s: hearthd process stats %+v", sc.Name, r.Through)
+		for name, side := range map[string]Side{"hearthd": r.Through, "nginx": *r.Nginx} {
+			if side.ProxyCPUS < 0 || side.ProxyRSSPeak <= 0 || side.ProxyHWM < side.ProxyRSSPeak/2 {
+				t.Errorf("%s: %s process stats %+v", sc.Name, name, side)
+			}
+		}
+		if r.Direct.ProxyRSSPeak != 0 {
+			t.Errorf("%s: the direct side measured a proxy: %+v", sc.Name, r.Direct)
 		}
 		rep := Report{Scenarios: []ScenarioResult{r}}
-		if md := rep.Markdown(); !strings.Contains(md, sc.Name) {
-			t.Errorf("markdown lacks scenario %s:\n%s", sc.Name, md)
+		if md := rep.Markdown(); !strings.Contains(md, sc.Name) || !strings.Contains(md, "Against nginx") {
+			t.Errorf("markdown lacks scenario %s or the nginx table:\n%s", sc.Name, md)
 		}
 	}
 
