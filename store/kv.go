@@ -82,6 +82,23 @@ type Notifier interface {
 // reached; errors.Is(err, ErrUnavailable) holds. Nothing was committed.
 var ErrUnavailable = fmt.Errorf("store: database unavailable")
 
+// PutOne writes one record as a batch of its own: Put for every engine.
+func PutOne(newBatch func() Batch, key string, v any) error {
+	b := newBatch()
+	if err := b.Put(key, v); err != nil {
+		b.Discard()
+		return err
+	}
+	return b.Commit()
+}
+
+// DeleteOne removes one record as a batch of its own.
+func DeleteOne(newBatch func() Batch, key string) error {
+	b := newBatch()
+	b.Delete(key)
+	return b.Commit()
+}
+
 // EncodeJSON is the one record encoding every engine stores.
 func EncodeJSON(key string, v any) ([]byte, error) {
 	val, err := json.Marshal(v)

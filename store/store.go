@@ -88,20 +88,10 @@ func (s *Store) Has(key string) (bool, error) {
 }
 
 // Put writes one record, synced.
-func (s *Store) Put(key string, v any) error {
-	b := s.NewBatch()
-	if err := b.Put(key, v); err != nil {
-		return err
-	}
-	return b.Commit()
-}
+func (s *Store) Put(key string, v any) error { return PutOne(s.NewBatch, key, v) }
 
 // Delete removes one record, synced. Deleting a missing key is not an error.
-func (s *Store) Delete(key string) error {
-	b := s.NewBatch()
-	b.Delete(key)
-	return b.Commit()
-}
+func (s *Store) Delete(key string) error { return DeleteOne(s.NewBatch, key) }
 
 // Scan calls fn for every record whose key starts with prefix, in key order
 // (or reverse key order), until fn returns false or an error. A non-empty

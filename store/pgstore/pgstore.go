@@ -68,10 +68,10 @@ type Options struct {
 
 // Store is a PostgreSQL database holding the control plane's records.
 type Store struct {
-	pool   *pgxpool.Pool
-	url    string
-	op     time.Duration
-	log    *slog.Logger
+	pool *pgxpool.Pool
+	url  string
+	op   time.Duration
+	log  *slog.Logger
 	// crdb is set on CockroachDB, which has neither advisory locks nor
 	// LISTEN/NOTIFY: notifications are dropped and Listen only waits.
 	crdb bool
@@ -200,20 +200,10 @@ func (s *Store) Has(key string) (bool, error) {
 }
 
 // Put writes one record.
-func (s *Store) Put(key string, v any) error {
-	b := s.NewBatch()
-	if err := b.Put(key, v); err != nil {
-		return err
-	}
-	return b.Commit()
-}
+func (s *Store) Put(key string, v any) error { return store.PutOne(s.NewBatch, key, v) }
 
 // Delete removes one record.
-func (s *Store) Delete(key string) error {
-	b := s.NewBatch()
-	b.Delete(key)
-	return b.Commit()
-}
+func (s *Store) Delete(key string) error { return store.DeleteOne(s.NewBatch, key) }
 
 // Scan visits the records under prefix page by page. Unlike Pebble's
 // iterator it is not one snapshot: a record changed during a long scan may
@@ -473,19 +463,9 @@ type view struct {
 
 func (v *view) NewBatch() store.Batch { return &batch{s: v.Store, sec: v.sec} }
 
-func (v *view) Put(key string, val any) error {
-	b := v.NewBatch()
-	if err := b.Put(key, val); err != nil {
-		return err
-	}
-	return b.Commit()
-}
+func (v *view) Put(key string, val any) error { return store.PutOne(v.NewBatch, key, val) }
 
-func (v *view) Delete(key string) error {
-	b := v.NewBatch()
-	b.Delete(key)
-	return b.Commit()
-}
+func (v *view) Delete(key string) error { return store.DeleteOne(v.NewBatch, key) }
 
 // Close of a view closes nothing: the Store is its owner's.
 func (v *view) Close() error { return nil }
