@@ -287,6 +287,9 @@ func retryStatus(method string, e APIError) (time.Duration, bool) {
 	case http.StatusTooManyRequests:
 		return e.RetryAfter, true // refused before anything was done
 	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		if e.Code == CodeUnavailable {
+			return e.RetryAfter, true // the control plane changed nothing
+		}
 		return e.RetryAfter, retryTransport(method)
 	}
 	return 0, false

@@ -300,6 +300,28 @@ func TestPatchIsNotSentTwiceBlindly(t *testing.T) {
 	})
 }
 
+// TestPatchIsRetriedWhenNothingChanged: a 503 whose code says the control
+// plane's database was out of reach changed nothing, so even a PATCH is
+// sent again.
+func TestPatchIsRetriedWhenNothingChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls++
+			if calls == 1 {
+				writeErr(w, 503, CodeUnavailable, "", "the control plane's database is unavailable")
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"id":"srv_1","name":"a","status":"updating"}`))
+		})
+		c := newTestClient(t, handlerTransport{h: h})
+		if _, err := c.UpdateServer(context.Background(), "srv_1", UpdateServerRequest{Model: "m"}); err != nil || calls != 2 {
+			t.Fatalf("PATCH after a 503 unavailable: %v after %d calls, want success after 2", err, calls)
+		}
+	})
+}
+
 func TestUnavailableIsRetriedUntilTheRetriesRunOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		calls := 0

@@ -22,6 +22,9 @@ const (
 	CodeMethodNotAllowed    = "method_not_allowed"
 	CodePayloadTooLarge     = "payload_too_large"
 	CodeInternal            = "internal_error"
+	// CodeUnavailable is a 503 of the control plane whose database cannot
+	// be reached: nothing changed, so any request may be sent again.
+	CodeUnavailable = "unavailable"
 )
 
 // APIError is an error answer of the management API. Methods return it as

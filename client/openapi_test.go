@@ -62,7 +62,7 @@ var namedEnums = map[reflect.Type][]string{
 // document (forbidden).
 var inlineEnums = map[string][]string{
 	"Error.error.code": {CodeInvalidRequest, CodeUnauthorized, CodeForbidden, CodeNotFound, CodeConflict,
-		CodeCapacityUnavailable, CodeIdempotencyConflict, CodeRateLimited, CodeMethodNotAllowed, CodePayloadTooLarge, CodeInternal},
+		CodeCapacityUnavailable, CodeIdempotencyConflict, CodeRateLimited, CodeMethodNotAllowed, CodePayloadTooLarge, CodeInternal, CodeUnavailable},
 	"CreateServerRequest.billing": {BillingMonthly},
 	"Server.billing":              {BillingMonthly},
 	"EnforcementConcern.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
