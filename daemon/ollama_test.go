@@ -22,11 +22,11 @@ import (
 // when stopped takes the runtime down with it, leaving no goroutine
 // behind.
 func TestRunSupervisedOllama(t *testing.T) {
+	ollamatest.ForEachVersion(t, func(t *testing.T, v ollamatest.Version) { testRunSupervisedOllama(t, v.Bin) })
+}
+
+func testRunSupervisedOllama(t *testing.T, bin string) {
 	noLeaks(t)
-	bin, err := ollamatest.FindBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	gguf, tmpl := filepath.Join(dir, "tiny.gguf"), filepath.Join(dir, "tiny.template")
 	if err := tinymodel.WriteFile(gguf, tinymodel.Options{}); err != nil {

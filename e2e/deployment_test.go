@@ -18,128 +18,134 @@ import (
 )
 
 func TestSDKNonStreamAndStream(t *testing.T) {
-	h, inst := attached(t)
-	c := h.client(h.secret)
-	ctx := context.Background()
+	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		h := attachedTo(t, inst)
+		c := h.client(h.secret)
+		ctx := context.Background()
 
-	resp, err := c.Chat.Completions.New(ctx, userParams(inst.Model, "Hello there", 16))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(resp.ID, "chatcmpl-") || len(resp.ID) < 9+24 {
-		t.Errorf("id %q", resp.ID)
-	}
-	if resp.Model != inst.Model || len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
-		t.Fatalf("response %+v", resp)
-	}
-	if resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 16 ||
-		resp.Usage.PromptTokens == 0 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+16 {
-		t.Fatalf("finish %q usage %+v", resp.Choices[0].FinishReason, resp.Usage)
-	}
+		resp, err := c.Chat.Completions.New(ctx, userParams(inst.Model, "Hello there", 16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(resp.ID, "chatcmpl-") || len(resp.ID) < 9+24 {
+			t.Errorf("id %q", resp.ID)
+		}
+		if resp.Model != inst.Model || len(resp.Choices) != 1 || resp.Choices[0].Message.Content == "" {
+			t.Fatalf("response %+v", resp)
+		}
+		if resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 16 ||
+			resp.Usage.PromptTokens == 0 || resp.Usage.TotalTokens != resp.Usage.PromptTokens+16 {
+			t.Fatalf("finish %q usage %+v", resp.Choices[0].FinishReason, resp.Usage)
+		}
 
-	p := userParams(inst.Model, "Hello there", 16)
-	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	stream := c.Chat.Completions.NewStreaming(ctx, p)
-	var acc openai.ChatCompletionAccumulator
-	chunks, contentChunks := 0, 0
-	var created int64
-	for stream.Next() {
-		ch := stream.Current()
-		if chunks == 0 {
-			created = ch.Created
-			if len(ch.Choices) != 1 || ch.Choices[0].Delta.Role != "assistant" {
-				t.Fatalf("first chunk %+v", ch)
+		p := userParams(inst.Model, "Hello there", 16)
+		p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+		stream := c.Chat.Completions.NewStreaming(ctx, p)
+		var acc openai.ChatCompletionAccumulator
+		chunks, contentChunks := 0, 0
+		var created int64
+		for stream.Next() {
+			ch := stream.Current()
+			if chunks == 0 {
+				created = ch.Created
+				if len(ch.Choices) != 1 || ch.Choices[0].Delta.Role != "assistant" {
+					t.Fatalf("first chunk %+v", ch)
+				}
 			}
+			if ch.Created != created || ch.ID != acc.ID && acc.ID != "" {
+				t.Fatalf("chunk %d changes id/created", chunks)
+			}
+			if len(ch.Choices) == 1 && ch.Choices[0].Delta.Content != "" {
+				contentChunks++
+			}
+			acc.AddChunk(ch)
+			chunks++
 		}
-		if ch.Created != created || ch.ID != acc.ID && acc.ID != "" {
-			t.Fatalf("chunk %d changes id/created", chunks)
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
 		}
-		if len(ch.Choices) == 1 && ch.Choices[0].Delta.Content != "" {
-			contentChunks++
+		if contentChunks < 2 || acc.Choices[0].Message.Content == "" {
+			t.Fatalf("stream gave %d content chunks, content %q", contentChunks, acc.Choices[0].Message.Content)
 		}
-		acc.AddChunk(ch)
-		chunks++
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if contentChunks < 2 || acc.Choices[0].Message.Content == "" {
-		t.Fatalf("stream gave %d content chunks, content %q", contentChunks, acc.Choices[0].Message.Content)
-	}
-	if acc.Usage.CompletionTokens != 16 || acc.Choices[0].FinishReason != "length" {
-		t.Fatalf("stream usage %+v finish %q", acc.Usage, acc.Choices[0].FinishReason)
-	}
+		if acc.Usage.CompletionTokens != 16 || acc.Choices[0].FinishReason != "length" {
+			t.Fatalf("stream usage %+v finish %q", acc.Usage, acc.Choices[0].FinishReason)
+		}
 
-	models, err := c.Models.List(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(models.Data) != 1 || models.Data[0].ID != inst.Model {
-		t.Fatalf("models %+v", models.Data)
-	}
-	m, err := c.Models.Get(ctx, inst.Model)
-	if err != nil || m.ID != inst.Model {
-		t.Fatalf("model %+v %v", m, err)
-	}
+		models, err := c.Models.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(models.Data) != 1 || models.Data[0].ID != inst.Model {
+			t.Fatalf("models %+v", models.Data)
+		}
+		m, err := c.Models.Get(ctx, inst.Model)
+		if err != nil || m.ID != inst.Model {
+			t.Fatalf("model %+v %v", m, err)
+		}
+	})
 }
 
 // At temperature 0 with a seed, the streamed content equals the non-stream
 // content: both paths relay the same generation unchanged.
 func TestSDKStreamEqualsNonStream(t *testing.T) {
-	h, inst := attached(t)
-	c := h.client(h.secret)
-	ctx := context.Background()
-	p := userParams(inst.Model, "Tell me a story", 48)
-	p.Temperature = openai.Float(0)
-	p.Seed = openai.Int(42)
+	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		h := attachedTo(t, inst)
+		c := h.client(h.secret)
+		ctx := context.Background()
+		p := userParams(inst.Model, "Tell me a story", 48)
+		p.Temperature = openai.Float(0)
+		p.Seed = openai.Int(42)
 
-	resp, err := c.Chat.Completions.New(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream := c.Chat.Completions.NewStreaming(ctx, p)
-	var sb strings.Builder
-	for stream.Next() {
-		for _, ch := range stream.Current().Choices {
-			sb.WriteString(ch.Delta.Content)
+		resp, err := c.Chat.Completions.New(ctx, p)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := stream.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if sb.String() != resp.Choices[0].Message.Content || sb.Len() == 0 {
-		t.Fatalf("stream %q\n!= non-stream %q", sb.String(), resp.Choices[0].Message.Content)
-	}
+		stream := c.Chat.Completions.NewStreaming(ctx, p)
+		var sb strings.Builder
+		for stream.Next() {
+			for _, ch := range stream.Current().Choices {
+				sb.WriteString(ch.Delta.Content)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if sb.String() != resp.Choices[0].Message.Content || sb.Len() == 0 {
+			t.Fatalf("stream %q\n!= non-stream %q", sb.String(), resp.Choices[0].Message.Content)
+		}
+	})
 }
 
 func TestSDKErrors(t *testing.T) {
-	h, inst := attached(t)
-	ctx := context.Background()
-	var apiErr *openai.Error
+	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		h := attachedTo(t, inst)
+		ctx := context.Background()
+		var apiErr *openai.Error
 
-	bad, foreign, good := h.client("hearth_live_"+strings.Repeat("x", 32)), h.client("sk-proj-"+strings.Repeat("x", 40)), h.client(h.secret)
-	_, err := bad.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
-		t.Fatalf("bad key: %v", err)
-	}
-	_, err = foreign.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
-		t.Fatalf("foreign key: %v", err)
-	}
-	_, err = good.Chat.Completions.New(ctx, userParams("gpt-4o", "hi", 4))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
-		t.Fatalf("other model: %v", err)
-	}
-	p := userParams(inst.Model, "hi", 4)
-	p.N = openai.Int(2)
-	_, err = good.Chat.Completions.New(ctx, p)
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "n" {
-		t.Fatalf("n=2: %v", err)
-	}
-	// Still serving.
-	if _, err := good.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {
-		t.Fatal(err)
-	}
+		bad, foreign, good := h.client("hearth_live_"+strings.Repeat("x", 32)), h.client("sk-proj-"+strings.Repeat("x", 40)), h.client(h.secret)
+		_, err := bad.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+			t.Fatalf("bad key: %v", err)
+		}
+		_, err = foreign.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4))
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 {
+			t.Fatalf("foreign key: %v", err)
+		}
+		_, err = good.Chat.Completions.New(ctx, userParams("gpt-4o", "hi", 4))
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+			t.Fatalf("other model: %v", err)
+		}
+		p := userParams(inst.Model, "hi", 4)
+		p.N = openai.Int(2)
+		_, err = good.Chat.Completions.New(ctx, p)
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "n" {
+			t.Fatalf("n=2: %v", err)
+		}
+		// Still serving.
+		if _, err := good.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // Keys made while the daemon runs go through its admin socket; a revoked key
@@ -183,7 +189,10 @@ func TestKeysCLIWhileRunning(t *testing.T) {
 // runtime: within 100 ms of the disconnect the model runner stops burning
 // CPU.
 func TestDisconnectStopsRuntime(t *testing.T) {
-	inst := shared.ollama.Get(t)
+	shared.ollama.ForEach(t, testDisconnectStopsRuntime)
+}
+
+func testDisconnectStopsRuntime(t *testing.T, inst *ollamatest.Instance) {
 	// A generation longer than the context: the cap is lifted.
 	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--max-output-tokens", "100000"}})
 	conn := dialRaw(t, h.root)
@@ -234,10 +243,10 @@ func TestRuntimeUnreachable(t *testing.T) {
 // local GGUF, and is ready only once the model is loaded: the first request
 // pays no load.
 func TestSupervisedRuntimeFromGGUF(t *testing.T) {
-	bin, err := ollamatest.FindBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ollamatest.ForEachVersion(t, func(t *testing.T, v ollamatest.Version) { testSupervisedRuntimeFromGGUF(t, v.Bin) })
+}
+
+func testSupervisedRuntimeFromGGUF(t *testing.T, bin string) {
 	gguf, tmpl := tinyModelFiles(t)
 	port := testutil.FreePort(t)
 	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "e2e-tiny", "--model-gguf", gguf, "--model-template", tmpl,

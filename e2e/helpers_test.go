@@ -328,7 +328,12 @@ func (h *hearthd) client(key string) openai.Client {
 // is ready.
 func attached(t *testing.T) (*hearthd, *ollamatest.Instance) {
 	inst := shared.ollama.Get(t)
-	return startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL}}), inst
+	return attachedTo(t, inst), inst
+}
+
+// attachedTo starts hearthd in front of inst, serving its model.
+func attachedTo(t *testing.T, inst *ollamatest.Instance) *hearthd {
+	return startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL}})
 }
 
 func userParams(model, prompt string, maxTokens int64) openai.ChatCompletionNewParams {
