@@ -102,10 +102,12 @@ type RealRound struct {
 // RealResult compares Ollama's own OpenAI endpoint with hearthd in front of
 // the same Ollama.
 type RealResult struct {
-	Model       string      `json:"model"`
-	Concurrency int         `json:"concurrency"`
-	MaxTokens   int         `json:"max_tokens"`
-	Rounds      []RealRound `json:"rounds"`
+	// OllamaVersion is what the runtime's /api/version answered.
+	OllamaVersion string      `json:"ollama_version"`
+	Model         string      `json:"model"`
+	Concurrency   int         `json:"concurrency"`
+	MaxTokens     int         `json:"max_tokens"`
+	Rounds        []RealRound `json:"rounds"`
 	// Aggregates over rounds.
 	DirectTokensPS  float64 `json:"direct_tokens_per_s"`
 	ThroughTokensPS float64 `json:"through_tokens_per_s"`
@@ -130,7 +132,7 @@ type RealResult struct {
 func (r *RealResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Real runtime (Ollama %s + %s, %d stream(s), max_tokens %d, %d alternating rounds):\n\n",
-		mockVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds))
+		r.OllamaVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds))
 	if r.NginxTokensPS > 0 {
 		b.WriteString("| | Ollama /v1 direct | through nginx | through hearthd | hearthd / nginx |\n|---|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.NginxTokensPS, r.ThroughTokensPS, ratio(r.ThroughTokensPS, r.NginxTokensPS))
@@ -252,6 +254,9 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 	defer func() { _ = h.Stop() }()
 
 	res := &RealResult{Model: model, Concurrency: o.Concurrency, MaxTokens: o.MaxTokens}
+	if v, err := api.NewClient(u, http.DefaultClient).Version(ctx); err == nil {
+		res.OllamaVersion = v
+	}
 	lc := LoadConfig{Model: model, MaxTokens: o.MaxTokens, Concurrency: o.Concurrency, Duration: o.Duration,
 		Prompt: "Tell me a long story about a fox and a dog."}
 	direct, through := lc, lc

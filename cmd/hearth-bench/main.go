@@ -235,9 +235,14 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 			return fmt.Errorf("mock url: %w", err)
 		}
 		// As an operator would run it: a worker per core, each able to
-		// hold every stream (two connections each) should one get them all.
+		// hold every stream (two connections each) should one get them
+		// all, within the open-file limit this process may give them.
+		conns := 2*streams + 256
+		if noFile > 2048 {
+			conns = min(conns, int(noFile)-1024)
+		}
 		ng, err := nginxtest.New(nginxtest.Config{Upstream: u.Host, WorkerProcesses: runtime.NumCPU(),
-			WorkerConnections: 2*streams + 256, Keepalive: 256})
+			WorkerConnections: conns, Keepalive: 256})
 		if err != nil {
 			return err
 		}
