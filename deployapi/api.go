@@ -261,14 +261,16 @@ func (a *API) handleModels(ctx *fasthttp.RequestCtx, id string) {
 	bp := a.bufs.Get().(*[]byte)
 	defer a.bufs.Put(bp)
 	s := a.gate.cur.Load()
+	l := s.knownLimits()
+	info := openai.ModelInfo{ContextLength: l.ContextLength, Capabilities: l.Capabilities}
 	if id == "" {
-		*bp = openai.AppendModelList((*bp)[:0], s.model, s.created, "hearth")
+		*bp = openai.AppendModelList((*bp)[:0], s.model, s.created, "hearth", info)
 	} else {
 		if id != s.model {
 			a.writeError(ctx, openai.ModelNotFound(id))
 			return
 		}
-		*bp = openai.AppendModel((*bp)[:0], s.model, s.created, "hearth")
+		*bp = openai.AppendModel((*bp)[:0], s.model, s.created, "hearth", info)
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(*bp)

@@ -102,6 +102,10 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *opena
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
 			Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
 	}
+	if len(r.Tools) > 0 && !l.Can("tools") {
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "tools",
+			Message: "This deployment's model does not support tools (its runtime lists no \"tools\" capability); omit tools."}
+	}
 	if l.ContextLength > 0 {
 		if est := promptBytes(r) / bytesPerToken; est > l.ContextLength {
 			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "context_length_exceeded", Param: "messages",

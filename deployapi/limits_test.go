@@ -1,6 +1,8 @@
 package deployapi
 
 import (
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +166,54 @@ func TestLogprobs(t *testing.T) {
 	}
 	if strings.Join(tokens, "") != "ab" {
 		t.Fatalf("streamed logprob tokens %q", tokens)
+	}
+}
+
+// What the runtime says the model can do is on /models, and a request that
+// needs a capability the model lacks is a 400 naming the parameter before
+// the runtime sees it; a runtime that lists nothing is not second-guessed.
+func TestCapabilities(t *testing.T) {
+	tools := `,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]`
+	ta := startAPI(t, fake.Config{Limits: llm.Limits{ContextLength: 2048, Capabilities: []string{"completion"}}}, nil)
+	resp := ta.post(t, chatBody("hi", tools), nil)
+	if e := errorOf(t, resp); resp.StatusCode != 400 || e["param"] != "tools" || e["code"] != "unsupported_parameter" {
+		t.Fatalf("tools to a model without them: %d %v", resp.StatusCode, e)
+	}
+	if ta.rt.LastRequest() != nil {
+		t.Fatal("the runtime was called")
+	}
+	var m struct {
+		ID            string   `json:"id"`
+		ContextLength int      `json:"context_length"`
+		Capabilities  []string `json:"capabilities"`
+	}
+	ta.getJSON(t, "/models/hearth-tiny", &m)
+	if m.ID != "hearth-tiny" || m.ContextLength != 2048 || len(m.Capabilities) != 1 || m.Capabilities[0] != "completion" {
+		t.Fatalf("model %+v", m)
+	}
+
+	for _, caps := range [][]string{{"completion", "tools"}, nil} {
+		ta := startAPI(t, fake.Config{Limits: llm.Limits{Capabilities: caps}}, nil)
+		if resp := ta.post(t, chatBody("hi", tools), nil); resp.StatusCode != 200 {
+			t.Fatalf("tools with capabilities %q: %d", caps, resp.StatusCode)
+		}
+	}
+}
+
+// getJSON GETs path below the API with the key and decodes the answer.
+func (ta *testAPI) getJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", ta.url+path, nil)
+	req.Header.Set("Authorization", "Bearer "+ta.secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 )
 
 // Runtime is the one interface the daemon streams from.
@@ -38,6 +39,16 @@ type Limits struct {
 	// Logprobs: the runtime answers Options.Logprobs (found by asking it,
 	// not assumed from its version).
 	Logprobs bool
+	// Capabilities are what the runtime says the model can do, in its
+	// words (Ollama: "completion", "tools", "insert", "vision",
+	// "embedding", "thinking"); nil when it does not say.
+	Capabilities []string
+}
+
+// Can reports whether the model has capability c, or is not known not to
+// (a runtime that lists no capabilities is not second-guessed).
+func (l Limits) Can(c string) bool {
+	return l.Capabilities == nil || slices.Contains(l.Capabilities, c)
 }
 
 // Stream yields the events of one generation in order.

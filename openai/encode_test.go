@@ -352,12 +352,19 @@ func TestAppendCompletion(t *testing.T) {
 
 func TestModels(t *testing.T) {
 	want := `{"object":"list","data":[{"id":"llama3.2:1b","object":"model","created":42,"owned_by":"hearth"}]}`
-	if got := string(AppendModelList(nil, "llama3.2:1b", 42, "hearth")); got != want {
+	if got := string(AppendModelList(nil, "llama3.2:1b", 42, "hearth", ModelInfo{})); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	m := decodeObject(t, AppendModel(nil, `a"b`, 1, "o"))
+	m := decodeObject(t, AppendModel(nil, `a"b`, 1, "o", ModelInfo{}))
 	wantKeys(t, "model", m, "id", "object", "created", "owned_by")
 	wantEq(t, "id", m["id"], `a"b`)
+	// What the runtime says of the model rides along when known.
+	m = decodeObject(t, AppendModel(nil, "m", 1, "o", ModelInfo{ContextLength: 4096, Capabilities: []string{"completion", "to\"ols"}}))
+	wantKeys(t, "model", m, "id", "object", "created", "owned_by", "context_length", "capabilities")
+	wantEq(t, "context_length", m["context_length"], float64(4096))
+	if c := m["capabilities"].([]any); len(c) != 2 || c[1] != `to"ols` {
+		t.Errorf("capabilities %#v", c)
+	}
 }
 
 func TestNewCompletionID(t *testing.T) {

@@ -51,20 +51,43 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, 
 
 // AppendModelList appends the GET /models answer for a deployment serving
 // exactly one model.
-func AppendModelList(dst []byte, id string, created int64, ownedBy string) []byte {
+func AppendModelList(dst []byte, id string, created int64, ownedBy string, info ModelInfo) []byte {
 	dst = append(dst, `{"object":"list","data":[`...)
-	dst = AppendModel(dst, id, created, ownedBy)
+	dst = AppendModel(dst, id, created, ownedBy, info)
 	return append(dst, "]}"...)
 }
 
+// ModelInfo is what a deployment knows of its model beyond OpenAI's
+// fields: both are left out when unknown (0, nil).
+type ModelInfo struct {
+	// ContextLength is the tokens of one context (as vLLM's max_model_len).
+	ContextLength int
+	// Capabilities are what the model can do, as the runtime names them.
+	Capabilities []string
+}
+
 // AppendModel appends one model object, the GET /models/{id} answer.
-func AppendModel(dst []byte, id string, created int64, ownedBy string) []byte {
+func AppendModel(dst []byte, id string, created int64, ownedBy string, info ModelInfo) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = appendString(dst, id)
 	dst = append(dst, `,"object":"model","created":`...)
 	dst = appendInt(dst, created)
 	dst = append(dst, `,"owned_by":`...)
 	dst = appendString(dst, ownedBy)
+	if info.ContextLength > 0 {
+		dst = append(dst, `,"context_length":`...)
+		dst = appendInt(dst, int64(info.ContextLength))
+	}
+	if info.Capabilities != nil {
+		dst = append(dst, `,"capabilities":[`...)
+		for i, c := range info.Capabilities {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendString(dst, c)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 

@@ -69,6 +69,12 @@ func (b *Backend) answersLogprobs(ctx context.Context) (bool, error) {
 
 func limitsOf(resp *api.ShowResponse) llm.Limits {
 	var l llm.Limits
+	if len(resp.Capabilities) > 0 {
+		l.Capabilities = make([]string, len(resp.Capabilities))
+		for i, c := range resp.Capabilities {
+			l.Capabilities[i] = string(c)
+		}
+	}
 	for line := range strings.Lines(resp.Parameters) {
 		f := strings.Fields(line)
 		if len(f) != 2 {

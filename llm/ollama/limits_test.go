@@ -2,10 +2,13 @@ package ollama
 
 import (
 	"context"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ollama/ollama/api"
+	"github.com/ollama/ollama/types/model"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/llm"
@@ -26,9 +29,30 @@ func TestLimitsFromShow(t *testing.T) {
 		}
 	}
 	l := limitsOf(&api.ShowResponse{Parameters: "num_predict 40960\nnum_ctx 8192"})
-	if l != (llm.Limits{ContextLength: 8192, NumPredict: 40960}) {
+	if !reflect.DeepEqual(l, llm.Limits{ContextLength: 8192, NumPredict: 40960}) {
 		t.Errorf("limits %+v", l)
 	}
+	l = limitsOf(&api.ShowResponse{Capabilities: []model.Capability{"completion", "tools"}})
+	if !slices.Equal(l.Capabilities, []string{"completion", "tools"}) || !l.Can("tools") || l.Can("vision") {
+		t.Errorf("capabilities %+v", l)
+	}
+	if !(llm.Limits{}).Can("vision") {
+		t.Error("a runtime that lists no capabilities was second-guessed")
+	}
+}
+
+// Each Ollama version says what the tiny model can do: complete text, and
+// (its template renders them) take tools; not see images.
+func TestRealCapabilities(t *testing.T) {
+	ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		l, err := realBackend(t, inst).Limits(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Can("completion") || !l.Can("tools") || l.Can("vision") || l.Capabilities == nil {
+			t.Fatalf("Ollama %s: capabilities %q", inst.Version, l.Capabilities)
+		}
+	})
 }
 
 // The tiny model is trained for 2048 tokens: each Ollama version reports it.
