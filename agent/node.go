@@ -61,6 +61,10 @@ type NodeConfig struct {
 	// Usage, if set, returns the cumulative use of each managed API key,
 	// reported with every observed state.
 	Usage func() []nodeapi.KeyUsage
+	// ModelInfo, if set, returns what the runtime says of the served
+	// model (context length, capabilities), reported with every observed
+	// state.
+	ModelInfo func() (contextLength int, capabilities []string)
 }
 
 // Node keeps a node at the control plane's desired state through its
@@ -164,6 +168,9 @@ func (a *Node) Observed() nodeapi.Observed {
 		APIKeysRevision:  o.APIKeys.Revision,
 		APIKeysError:     o.APIKeys.Error,
 		Usage:            usage,
+	}
+	if a.cfg.ModelInfo != nil {
+		n.RuntimeContextLength, n.RuntimeCapabilities = a.cfg.ModelInfo()
 	}
 	if p := o.Runtime.Progress; p.Status != "" {
 		n.RuntimeProgress = &nodeapi.PullProgress{Status: p.Status, Completed: p.Completed, Total: p.Total}

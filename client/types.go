@@ -99,6 +99,10 @@ type RuntimeEnforcement struct {
 	AppliedRevision *int64        `json:"applied_revision"`
 	Error           *string       `json:"error"`
 	Progress        *PullProgress `json:"progress"`
+	// ContextLength and Capabilities are what the runtime says of the
+	// served model; nil until the node reports them.
+	ContextLength *int64   `json:"context_length"`
+	Capabilities  []string `json:"capabilities"`
 }
 
 // PullProgress is a model pull while it lasts, in bytes.

@@ -48,6 +48,10 @@ type runtimeJSON struct {
 	AppliedRevision *uint64       `json:"applied_revision"`
 	Error           *string       `json:"error"`
 	Progress        *progressJSON `json:"progress"` // while a pull runs
+	// What the runtime says of the served model; null until the node
+	// reports it.
+	ContextLength *int     `json:"context_length"`
+	Capabilities  []string `json:"capabilities"`
 }
 
 type progressJSON struct {
@@ -92,6 +96,10 @@ func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSO
 	if p := o.RuntimeProgress; p != nil {
 		rt.Progress = &progressJSON{Status: p.Status, Completed: p.Completed, Total: p.Total}
 	}
+	if n := o.RuntimeContextLength; n > 0 {
+		rt.ContextLength = &n
+	}
+	rt.Capabilities = o.RuntimeCapabilities
 	serving := o.RuntimeHealthy
 	if srv.Stack == StackDeployment {
 		serving = serving && o.RuntimeRevision >= desired && o.RuntimeModel == srv.Model

@@ -2,6 +2,8 @@ package control_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +203,50 @@ func TestSettledReportsWriteNothing(t *testing.T) {
 	e.restart()
 	if got := str(e.enforcementOf(t, id).Enforcement.ReportedAt); got != second {
 		t.Fatalf("after a restart reported_at %s, want %s", got, second)
+	}
+}
+
+// TestServerShowsModelInfo: what the node's runtime says of the served
+// model (context length, capabilities) is on the server; a report with too
+// many capabilities or a negative context is refused and changes nothing.
+func TestServerShowsModelInfo(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("info")).must(t, 201))
+	d := n.desired(t, 0)
+	var v struct {
+		Enforcement struct {
+			Runtime struct {
+				ContextLength *int     `json:"context_length"`
+				Capabilities  []string `json:"capabilities"`
+			} `json:"runtime"`
+		} `json:"enforcement"`
+	}
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	if v.Enforcement.Runtime.ContextLength != nil || v.Enforcement.Runtime.Capabilities != nil {
+		t.Fatalf("before any report: %+v", v)
+	}
+	o := applied(d, "192.0.2.3")
+	o.RuntimeContextLength, o.RuntimeCapabilities = 2048, []string{"completion", "tools"}
+	n.report(t, o)
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	if r := v.Enforcement.Runtime; r.ContextLength == nil || *r.ContextLength != 2048 || len(r.Capabilities) != 2 || r.Capabilities[1] != "tools" {
+		t.Fatalf("after the report: %+v", r)
+	}
+	for name, bad := range map[string]func(*nodeapi.Observed){
+		"runtime_capabilities":   func(o *nodeapi.Observed) { o.RuntimeCapabilities = make([]string, 33) },
+		"runtime_context_length": func(o *nodeapi.Observed) { o.RuntimeContextLength = -1 },
+	} {
+		o2 := o
+		bad(&o2)
+		err := n.client.ReportObserved(context.Background(), o2)
+		var ne *nodeapi.Error
+		if !errors.As(err, &ne) || ne.Status != 400 || !strings.Contains(ne.Message, name) {
+			t.Errorf("%s: %v, want a 400 naming it", name, err)
+		}
+	}
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	if r := v.Enforcement.Runtime; r.ContextLength == nil || *r.ContextLength != 2048 || len(r.Capabilities) != 2 {
+		t.Fatalf("after refused reports: %+v", r)
 	}
 }

@@ -15,6 +15,13 @@ const MaxReportText = 1024
 // of the server, with room to spare.
 const maxReportUsage = 2 * MaxAPIKeysPerServer
 
+// maxCapabilities and maxCapabilityText bound the served model's
+// capabilities in a report (Ollama names a handful, each a word).
+const (
+	maxCapabilities   = 32
+	maxCapabilityText = 64
+)
+
 // checkReport refuses a report that claims a revision the control plane
 // never issued to the node (issued is the node's current revision; a node
 // cannot have applied a later one, so such a report is forged or corrupt
@@ -39,6 +46,15 @@ func checkReport(o *nodeapi.Observed, issued uint64) *apiError {
 	}
 	if o.RuntimeProgress != nil {
 		o.RuntimeProgress.Status = textcheck.Clip(o.RuntimeProgress.Status, MaxReportText)
+	}
+	if len(o.RuntimeCapabilities) > maxCapabilities {
+		return invalid("runtime_capabilities", "runtime_capabilities lists %d; at most %d", len(o.RuntimeCapabilities), maxCapabilities)
+	}
+	for i, c := range o.RuntimeCapabilities {
+		o.RuntimeCapabilities[i] = textcheck.Clip(c, maxCapabilityText)
+	}
+	if o.RuntimeContextLength < 0 {
+		return invalid("runtime_context_length", "runtime_context_length must not be negative")
 	}
 	return nil
 }

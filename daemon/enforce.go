@@ -12,6 +12,7 @@ import (
 
 	"github.com/hearthd/hearth/agent"
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/deployapi"
 	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/nodeapi"
@@ -33,7 +34,7 @@ func (nd *node) openEnforcement(ctx context.Context) error {
 	nd.enf = agent.NewEnforcer(agent.Concerns{Firewall: fw, SSHKeys: keys, APIKeys: managedKeys{nd.keys}, Runtime: nd.runtime}, nd.log)
 	run := agent.NewStandalone(cfg.DesiredStateFile, nd.enf, nd.log, agent.StandaloneConfig{}).Run
 	if cfg.ControlURL != "" {
-		na, err := nodeAgent(cfg, nd.enf, nd.api.Healthy, nd.keys, nd.m, nd.log)
+		na, err := nodeAgent(cfg, nd.enf, nd.api, nd.keys, nd.m, nd.log)
 		if err != nil {
 			return err
 		}
@@ -132,7 +133,7 @@ func controlPlaneAddrsOf(ctx context.Context, controlURL string) ([]netip.AddrPo
 
 // nodeAgent builds the node agent when a control plane is configured,
 // verifying the control plane's certificate as configured.
-func nodeAgent(cfg Config, enf *agent.Enforcer, health func(context.Context) error, keys *apikeys.Keyring, m *metrics.Node, log *slog.Logger) (*agent.Node, error) {
+func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikeys.Keyring, m *metrics.Node, log *slog.Logger) (*agent.Node, error) {
 	pins, _ := nodeapi.ParsePins(cfg.ControlCertSHA256) // checked by Validate
 	hc, err := nodeapi.NewHTTPClient(nodeapi.TLS{CAFile: cfg.ControlCAFile, CertSHA256: pins})
 	if err != nil {
@@ -146,7 +147,8 @@ func nodeAgent(cfg Config, enf *agent.Enforcer, health func(context.Context) err
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
 		OnReceive:       func(nodeapi.Desired) { m.DesiredStateReceived() },
 		Usage:           func() []nodeapi.KeyUsage { return managedUsage(keys) },
-	}, enf, health, log), nil
+		ModelInfo:       api.ModelInfo,
+	}, enf, api.Healthy, log), nil
 }
 
 // managedKeys is the key ring as the enforcer's API keys concern: the

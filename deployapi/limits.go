@@ -48,6 +48,17 @@ func (s *served) limits(ctx context.Context) llm.Limits {
 	return l
 }
 
+// ModelInfo is what the runtime says of the model served now: its context
+// length and capabilities (0 and nil until known).
+func (a *API) ModelInfo() (contextLength int, capabilities []string) {
+	s := a.gate.cur.Load()
+	if s == nil {
+		return 0, nil
+	}
+	l := s.knownLimits()
+	return l.ContextLength, l.Capabilities
+}
+
 // knownLimits returns the limits if they are known already, without asking.
 func (s *served) knownLimits() llm.Limits {
 	s.limMu.Lock()

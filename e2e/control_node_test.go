@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,22 @@ func testControlPlaneAndNode(t *testing.T, ctl *controlPlane) {
 	})
 	if srv.IP == nil || *srv.IP != "127.0.0.1" {
 		t.Fatalf("server ip %v", srv.IP)
+	}
+	// What the node's runtime says of the served model is on the server.
+	var info struct {
+		Enforcement struct {
+			Runtime struct {
+				ContextLength *int     `json:"context_length"`
+				Capabilities  []string `json:"capabilities"`
+			}
+		}
+	}
+	testutil.WaitFor(t, 30*time.Second, "model info reported", func() bool {
+		ctl.api("GET", "/v1/servers/"+srv.ID, nil, &info)
+		return info.Enforcement.Runtime.ContextLength != nil
+	})
+	if rt := info.Enforcement.Runtime; *rt.ContextLength != 2048 || !slices.Contains(rt.Capabilities, "tools") {
+		t.Fatalf("runtime info %d %q, want the tiny model's 2048 and tools", *rt.ContextLength, rt.Capabilities)
 	}
 
 	// A firewall rule reaches the node and is reported applied.

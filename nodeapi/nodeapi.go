@@ -118,15 +118,21 @@ type Observed struct {
 	// exactly Desired.Model and the model answered; RuntimeModel is the
 	// model the deployment API serves now; RuntimeProgress is set while a
 	// pull of the ordered model runs.
-	RuntimeRevision  uint64        `json:"runtime_revision"`
-	RuntimeModel     string        `json:"runtime_model,omitempty"`
-	RuntimeProgress  *PullProgress `json:"runtime_progress,omitempty"`
-	FirewallRevision uint64        `json:"firewall_revision"`
-	FirewallError    string        `json:"firewall_error,omitempty"`
-	SSHKeysRevision  uint64        `json:"ssh_keys_revision"`
-	SSHKeysError     string        `json:"ssh_keys_error,omitempty"`
-	APIKeysRevision  uint64        `json:"api_keys_revision"`
-	APIKeysError     string        `json:"api_keys_error,omitempty"`
+	RuntimeRevision uint64        `json:"runtime_revision"`
+	RuntimeModel    string        `json:"runtime_model,omitempty"`
+	RuntimeProgress *PullProgress `json:"runtime_progress,omitempty"`
+	// RuntimeContextLength and RuntimeCapabilities are what the runtime
+	// says of the served model (Ollama's /api/show): tokens of one
+	// context, and what it can do ("completion", "tools", "vision", …).
+	// Zero and nil when it does not say.
+	RuntimeContextLength int      `json:"runtime_context_length,omitempty"`
+	RuntimeCapabilities  []string `json:"runtime_capabilities,omitempty"`
+	FirewallRevision     uint64   `json:"firewall_revision"`
+	FirewallError        string   `json:"firewall_error,omitempty"`
+	SSHKeysRevision      uint64   `json:"ssh_keys_revision"`
+	SSHKeysError         string   `json:"ssh_keys_error,omitempty"`
+	APIKeysRevision      uint64   `json:"api_keys_revision"`
+	APIKeysError         string   `json:"api_keys_error,omitempty"`
 	// Usage is the cumulative use of each managed API key.
 	Usage []KeyUsage `json:"usage,omitempty"`
 	// Wiped reports that the wipe requested at Revision is done.
