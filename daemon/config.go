@@ -62,6 +62,10 @@ type Config struct {
 	// MaxOutputTokens caps max_tokens (400 above it) and every
 	// generation's output; 0 is the model's context length.
 	MaxOutputTokens int
+	// Reasoning lets a reasoning model think before it answers (its
+	// thinking sent apart, as reasoning_content); off, it is asked not to
+	// and reasoning_effort other than "none" is a 400.
+	Reasoning bool
 	// ReadTimeout bounds reading one request (slow clients);
 	// IdleTimeout bounds a keep-alive connection between requests;
 	// WriteStallTimeout bounds one write to a client that stopped reading.
@@ -130,6 +134,7 @@ func Defaults() Config {
 		ShutdownTimeout:   30 * time.Second,
 		MetricsListen:     "127.0.0.1:9464",
 		LogLevel:          "info",
+		Reasoning:         true,
 	}
 }
 
@@ -176,6 +181,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "Requests that may wait for a generation slot; beyond that clients get 429. 0: no waiting.")
 	fs.IntVar(&c.MaxConcurrentPerKey, "max-concurrent-per-key", c.MaxConcurrentPerKey, "Generations one API key may run at once. 0: no cap beyond max_concurrent (slots are shared fairly across keys either way: a freed slot goes to the waiting key running the fewest).")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "Largest request body in bytes; larger ones get 413. 0: 32 bytes per token of the model's context length, at least 1 MiB (a request with a bad API key may send none: it is refused before its body is read). Otherwise at least 1024.")
+	fs.BoolVar(&c.Reasoning, "reasoning", c.Reasoning, "Let a reasoning model (one whose runtime lists the thinking capability) think before it answers: its thinking is sent apart from the answer, as reasoning_content, and counted as reasoning_tokens; reasoning_effort none turns it off per request. false: the model is asked not to think, and reasoning_effort other than none is a 400.")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", c.MaxOutputTokens, "Most tokens one generation may produce: a request asking for more (max_tokens or max_completion_tokens) gets 400 naming max_tokens, and one naming none is capped here too (the model's own num_predict applies when lower). 0: the model's context length. "+
 		"Prompts certainly longer than the context (estimated at 8 bytes per token, an undercount) get 400 context_length_exceeded before the model sees them.")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "Time to read one request, including the TLS handshake: bounds slow clients.")

@@ -314,6 +314,7 @@ func (nd *node) openAPI() error {
 		MaxQueue:            cfg.MaxQueue,
 		MaxBodyBytes:        cfg.MaxBodyBytes,
 		MaxOutputTokens:     cfg.MaxOutputTokens,
+		NoReasoning:         !cfg.Reasoning,
 		WriteStallTimeout:   cfg.WriteStallTimeout,
 	}, nd.rt, nd.keys, nd.m, nd.log)
 	nd.onClose(nd.api.Close)

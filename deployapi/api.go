@@ -44,7 +44,10 @@ type APIConfig struct {
 	MaxBodyBytes int
 	// MaxOutputTokens caps max_tokens (400 above it) and the output of a
 	// request that names none; 0 is the model's context length.
-	MaxOutputTokens   int
+	MaxOutputTokens int
+	// NoReasoning asks a reasoning model never to think, and refuses
+	// reasoning_effort other than "none" (limits.go).
+	NoReasoning       bool
 	WriteStallTimeout time.Duration
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.

@@ -190,6 +190,7 @@ type completion struct {
 	firstAt, lastAt  time.Time
 	finish           string
 	prompt, complete int
+	reasoning        int // pieces of thinking relayed (usage.completion_tokens_details)
 }
 
 // token notes that a piece of content reached the client now.
@@ -210,6 +211,15 @@ func (c *completion) end(ev llm.Event, sawToolCalls bool) {
 	c.api.keys.RecordUsage(c.keyID, 1, int64(ev.PromptTokens), int64(ev.CompletionTokens))
 }
 
+// usage is the completion's token counts for its answer: the runtime's,
+// with the reasoning pieces counted as reasoning tokens (each piece of
+// thinking the runtime streams is one token; they are part of the
+// completion tokens, as OpenAI counts them).
+func (c *completion) usage(last llm.Event) openai.Usage {
+	return openai.Usage{Prompt: last.PromptTokens, Completion: last.CompletionTokens,
+		Reasoning: min(c.reasoning, last.CompletionTokens)}
+}
+
 // observe reports the completion to metrics, once, at its end.
 func (c *completion) observe() {
 	m := c.api.m
@@ -228,7 +238,7 @@ func (c *completion) observe() {
 // respond collects the whole generation and answers it as one JSON object.
 func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 	defer c.stream.Close()
-	var text strings.Builder
+	var text, reasoning strings.Builder
 	var calls []llm.ToolCall
 	var lp *[]llm.TokenLogprob
 	if c.logprobs {
@@ -244,8 +254,12 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 			c.api.writeRuntimeError(ctx, err)
 			return
 		}
-		if ev.Content != "" {
+		if ev.Content != "" || ev.Reasoning != "" {
 			c.token(time.Now())
+		}
+		if ev.Reasoning != "" {
+			reasoning.WriteString(ev.Reasoning)
+			c.reasoning++
 		}
 		text.WriteString(ev.Content)
 		calls = append(calls, ev.ToolCalls...)
@@ -261,7 +275,7 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 	bp := c.api.bufs.Get().(*[]byte)
 	defer c.api.bufs.Put(bp)
 	*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.served.model, c.served.fingerprint,
-		text.String(), calls, lp, c.finish, last.PromptTokens, last.CompletionTokens)
+		openai.Reply{Content: text.String(), Reasoning: reasoning.String(), ToolCalls: calls, Logprobs: lp}, c.finish, c.usage(last))
 	ctx.SetContentType("application/json")
 	ctx.SetBody(*bp)
 }
@@ -335,6 +349,11 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 			send()
 			return
 		}
+		if ev.Reasoning != "" {
+			buf = enc.AppendReasoning(buf, ev.Reasoning)
+			c.reasoning++
+			c.token(now)
+		}
 		switch {
 		case c.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
 			buf = enc.AppendContentLogprobs(buf, ev.Content, ev.Logprobs)
@@ -352,7 +371,7 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 			c.end(ev, toolIndex > 0)
 			buf = enc.AppendFinish(buf, c.finish)
 			if includeUsage {
-				buf = enc.AppendUsage(buf, ev.PromptTokens, ev.CompletionTokens)
+				buf = enc.AppendUsage(buf, c.usage(ev))
 			}
 			buf = enc.AppendDone(buf)
 			send()

@@ -80,6 +80,33 @@ func (a *API) bodyLimit() int {
 	return n
 }
 
+// checkThink settles whether a reasoning model thinks: a model whose
+// runtime lists the thinking capability thinks unless the request says
+// "none" or the deployment turned reasoning off (then it is asked not to);
+// asking a model that cannot reason to think, or a deployment with
+// reasoning off, is a 400 naming reasoning_effort; "none" to a model that
+// cannot reason is dropped, so its runtime sees no flag it may refuse.
+func (a *API) checkThink(l llm.Limits, o *llm.Options) *openai.Error {
+	thinks := l.Capabilities != nil && l.Can("thinking")
+	switch {
+	case o.Think == llm.ThinkNone:
+		if !thinks {
+			o.Think = ""
+		}
+	case o.Think != "" && a.cfg.NoReasoning:
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "reasoning_effort",
+			Message: "Reasoning is turned off on this deployment; omit reasoning_effort or send \"none\"."}
+	case o.Think != "" && !l.Can("thinking"):
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "reasoning_effort",
+			Message: "This deployment's model does not reason (its runtime lists no \"thinking\" capability); omit reasoning_effort."}
+	case thinks && a.cfg.NoReasoning:
+		o.Think = llm.ThinkNone
+	case thinks && o.Think == "":
+		o.Think = llm.ThinkMedium // thinking apart from the answer, not inline
+	}
+	return nil
+}
+
 // maxBodyCeiling is fasthttp's own limit: no derived limit goes above it.
 const maxBodyCeiling = 64 << 20
 
@@ -112,6 +139,9 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *opena
 		// Found by asking the runtime (llm.Limits), not from its version.
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
 			Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
+	}
+	if e := a.checkThink(l, &r.Options); e != nil {
+		return e
 	}
 	if len(r.Tools) > 0 && !l.Can("tools") {
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "tools",

@@ -111,7 +111,19 @@ type Options struct {
 	// TopLogprobs most likely alternatives (0–20) at each position.
 	Logprobs    bool
 	TopLogprobs int
+	// Think asks a reasoning model to think before it answers, apart from
+	// the answer: "" leaves it to the runtime, "none" asks it not to,
+	// "low", "medium" and "high" to think with that effort.
+	Think string
 }
+
+// Reasoning efforts Options.Think takes besides "".
+const (
+	ThinkNone   = "none"
+	ThinkLow    = "low"
+	ThinkMedium = "medium"
+	ThinkHigh   = "high"
+)
 
 // Request is one chat generation.
 type Request struct {
@@ -133,7 +145,10 @@ const (
 // Event is one step of a generation: a piece of content, tool calls, or the
 // final event with the finish reason and token counts.
 type Event struct {
-	Content   string
+	Content string
+	// Reasoning is a piece of the model's thinking, kept apart from the
+	// answer (a reasoning model asked to think).
+	Reasoning string
 	ToolCalls []ToolCall
 	// Logprobs are the tokens of Content with their log probabilities,
 	// when the request asked for them.

@@ -68,12 +68,15 @@
 //	logit_bias                 {} → nothing; non-empty → 400
 //	logprobs                   Options.Logprobs (400 where the runtime cannot give them)
 //	top_logprobs               0–20 → Options.TopLogprobs; needs logprobs true
+//	reasoning_effort           "none", "minimal" (= "low"), "low", "medium", "high" →
+//	                           Options.Think; the thinking comes back as reasoning_content
+//	                           (message and deltas) and usage.completion_tokens_details
+//	                           .reasoning_tokens; 400 where the model cannot reason
 //	store                      false → nothing; true → 400
 //	metadata                   {} → nothing; non-empty → 400 (only kept with store)
 //	service_tier               "auto", "default" → nothing; other tiers → 400
 //	modalities                 ["text"] (or []) → nothing; "audio" → 400
 //	audio, prediction,         any value → 400
-//	reasoning_effort,
 //	web_search_options
 //	functions, function_call   (deprecated) any value → 400, use tools / tool_choice
 //

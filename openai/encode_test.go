@@ -90,7 +90,7 @@ func TestChunkEncoderStream(t *testing.T) {
 			}
 			var finalChunks [][]byte
 			if includeUsage {
-				finalChunks = append(finalChunks, enc.AppendUsage(nil, 11, 7))
+				finalChunks = append(finalChunks, enc.AppendUsage(nil, Usage{Prompt: 11, Completion: 7}))
 			}
 
 			for i, c := range chunks {
@@ -295,7 +295,7 @@ func TestRuntimeError(t *testing.T) {
 
 func TestAppendCompletion(t *testing.T) {
 	t.Run("content", func(t *testing.T) {
-		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "fp", "Hello \"world\"\n", nil, nil, "stop", 3, 4)
+		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "fp", Reply{Content: "Hello \"world\"\n"}, "stop", Usage{Prompt: 3, Completion: 4})
 		m := decodeObject(t, b)
 		wantKeys(t, "completion", m, "id", "object", "created", "model", "system_fingerprint", "choices", "usage")
 		wantEq(t, "object", m["object"], "chat.completion")
@@ -318,7 +318,7 @@ func TestAppendCompletion(t *testing.T) {
 	})
 	t.Run("tool calls only", func(t *testing.T) {
 		calls := []llm.ToolCall{{ID: "call_a", Name: "f", Arguments: json.RawMessage(`{"x":[1,2]}`)}, {ID: "call_b", Name: "g"}}
-		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "", "", calls, nil, "tool_calls", 3, 4)
+		b := AppendCompletion(nil, "chatcmpl-1", 9, "m", "", Reply{ToolCalls: calls}, "tool_calls", Usage{Prompt: 3, Completion: 4})
 		m := decodeObject(t, b)
 		if m["system_fingerprint"] != nil {
 			t.Errorf("system_fingerprint = %v, want null", m["system_fingerprint"])
@@ -342,7 +342,7 @@ func TestAppendCompletion(t *testing.T) {
 		wantEq(t, "args", tcs[1].(map[string]any)["function"].(map[string]any)["arguments"], `{}`)
 	})
 	t.Run("empty content without tool calls is a string", func(t *testing.T) {
-		m := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", "", nil, nil, "length", 0, 0))
+		m := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", Reply{}, "length", Usage{}))
 		msg := m["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)
 		if msg["content"] != "" {
 			t.Errorf("content = %#v, want \"\"", msg["content"])
@@ -413,7 +413,7 @@ func TestLogprobsEncoding(t *testing.T) {
 	}
 	want := `{"content":[{"token":" hi","logprob":-0.25,"bytes":[32,104,105],"top_logprobs":[{"token":" hi","logprob":-0.25,"bytes":[32,104,105]},{"token":" yo","logprob":-9999,"bytes":[32,121,111]}]},` +
 		`{"token":"é","logprob":-1e-07,"bytes":[195,169],"top_logprobs":[]}],"refusal":null}`
-	full := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", " hié", nil, &lp, "stop", 1, 2))
+	full := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", Reply{Content: " hié", Logprobs: &lp}, "stop", Usage{Prompt: 1, Completion: 2}))
 	same := func(what string, v any) {
 		t.Helper()
 		b, _ := json.Marshal(v)
@@ -433,7 +433,7 @@ func TestLogprobsEncoding(t *testing.T) {
 		t.Fatalf("chunk %s: %v", chunk, err)
 	}
 	same("chunk", obj["choices"].([]any)[0].(map[string]any)["logprobs"])
-	if none := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", "x", nil, nil, "stop", 1, 2)); none["choices"].([]any)[0].(map[string]any)["logprobs"] != nil {
+	if none := decodeObject(t, AppendCompletion(nil, "i", 1, "m", "", Reply{Content: "x"}, "stop", Usage{Prompt: 1, Completion: 2})); none["choices"].([]any)[0].(map[string]any)["logprobs"] != nil {
 		t.Fatal("logprobs not asked for, but sent")
 	}
 }

@@ -175,7 +175,7 @@ var goldenBad = map[string]string{
 	"stream": `1`, "stream_options": `{"include_usage":true}`, "user": `1`, "safety_identifier": `{}`,
 	"prompt_cache_key": `[]`, "parallel_tool_calls": `false`, "n": `2`, "logit_bias": `{"1":1}`,
 	"logprobs": `true`, "top_logprobs": `3`, "store": `true`, "metadata": `{"a":"b"}`, "service_tier": `"flex"`,
-	"modalities": `["audio"]`, "audio": `{}`, "prediction": `{}`, "reasoning_effort": `"low"`,
+	"modalities": `["audio"]`, "audio": `{}`, "prediction": `{}`, "reasoning_effort": `"extreme"`,
 	"web_search_options": `{}`, "functions": `[]`, "function_call": `"auto"`,
 }
 

@@ -105,7 +105,7 @@ var chatFields = newFields("",
 	optional("modalities", textModality[chatDecoder]),
 	optional("audio", unsupported[chatDecoder]),
 	optional("prediction", unsupported[chatDecoder]),
-	optional("reasoning_effort", unsupported[chatDecoder]),
+	optional("reasoning_effort", (*chatDecoder).reasoningEffort),
 	optional("web_search_options", unsupported[chatDecoder]),
 )
 
@@ -158,6 +158,29 @@ func (d *chatDecoder) topLogprobs(raw json.RawMessage, param string) *Error {
 		return invalid(param, "invalid_value", "'top_logprobs' requires 'logprobs' to be true.")
 	}
 	d.Runtime.Options.TopLogprobs = int(n)
+	return nil
+}
+
+// reasoningEffort decodes reasoning_effort into Options.Think: "none"
+// asks a reasoning model not to think; "minimal" is "low", the least a
+// runtime with levels offers.
+func (d *chatDecoder) reasoningEffort(raw json.RawMessage, param string) *Error {
+	s, e := asString(raw, param)
+	if e != nil {
+		return e
+	}
+	switch s {
+	case "none":
+		d.Runtime.Options.Think = llm.ThinkNone
+	case "minimal", "low":
+		d.Runtime.Options.Think = llm.ThinkLow
+	case "medium":
+		d.Runtime.Options.Think = llm.ThinkMedium
+	case "high":
+		d.Runtime.Options.Think = llm.ThinkHigh
+	default:
+		return invalidValue(param, s, "none", "minimal", "low", "medium", "high")
+	}
 	return nil
 }
 

@@ -314,7 +314,8 @@ var errorTests = []struct {
 	{"modalities audio", body(`"modalities":["text","audio"]`), 400, "modalities[1]", "unsupported_value", ""},
 	{"audio", body(`"audio":{"voice":"alloy","format":"wav"}`), 400, "audio", "unsupported_parameter", ""},
 	{"prediction", body(`"prediction":{"type":"content","content":"x"}`), 400, "prediction", "unsupported_parameter", ""},
-	{"reasoning_effort", body(`"reasoning_effort":"low"`), 400, "reasoning_effort", "unsupported_parameter", ""},
+	{"reasoning_effort unknown", body(`"reasoning_effort":"extreme"`), 400, "reasoning_effort", "invalid_value", ""},
+	{"reasoning_effort not a string", body(`"reasoning_effort":1`), 400, "reasoning_effort", "invalid_type", ""},
 	{"web_search_options", body(`"web_search_options":{}`), 400, "web_search_options", "unsupported_parameter", ""},
 	{"user not string", body(`"user":1`), 400, "user", "invalid_type", ""},
 }
@@ -392,5 +393,22 @@ func TestErrorsDoNotEchoUnboundedInput(t *testing.T) {
 	}
 	if e := ModelNotFound(huge); len(AppendErrorJSON(nil, e)) > 1024 {
 		t.Fatal("model_not_found repeats the whole model name")
+	}
+}
+
+// reasoning_effort asks a reasoning model to think (or not) with an effort
+// the runtime understands; "minimal" is the least it offers.
+func TestReasoningEffort(t *testing.T) {
+	for in, want := range map[string]string{
+		`"none"`: llm.ThinkNone, `"minimal"`: llm.ThinkLow, `"low"`: llm.ThinkLow, `"medium"`: llm.ThinkMedium,
+		`"high"`: llm.ThinkHigh, `null`: "",
+	} {
+		r, e := DecodeChatRequest([]byte(`{"model":"`+testModel+`","messages":[{"role":"user","content":"hi"}],"reasoning_effort":`+in+`}`), testModel)
+		if e != nil {
+			t.Fatalf("%s: %v", in, e)
+		}
+		if r.Runtime.Options.Think != want {
+			t.Errorf("%s: think %q, want %q", in, r.Runtime.Options.Think, want)
+		}
 	}
 }

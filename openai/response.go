@@ -5,12 +5,29 @@ import (
 	"github.com/hearthd/hearth/llm"
 )
 
+// Reply is the assistant message of a complete chat.completion.
+type Reply struct {
+	Content string
+	// Reasoning is a reasoning model's thinking, sent as reasoning_content
+	// beside the content (as vLLM and DeepSeek do) when not empty.
+	Reasoning string
+	ToolCalls []llm.ToolCall
+	// Logprobs, if not nil (the request asked for them), are the
+	// content's tokens.
+	Logprobs *[]llm.TokenLogprob
+}
+
+// Usage is a completion's token counts; Reasoning is the part of
+// Completion the model spent thinking.
+type Usage struct {
+	Prompt, Completion, Reasoning int
+}
+
 // AppendCompletion appends a complete (non-streamed) chat.completion object.
 // The message content is null when the model only called tools; an empty
-// fingerprint is sent as null; logprobs, if not nil (the request asked for
-// them), are the content's tokens.
-func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, content string,
-	toolCalls []llm.ToolCall, logprobs *[]llm.TokenLogprob, finish string, prompt, completion int) []byte {
+// fingerprint is sent as null.
+func AppendCompletion(dst []byte, id string, created int64, model, fingerprint string, r Reply, finish string, u Usage) []byte {
+	content, toolCalls, logprobs := r.Content, r.ToolCalls, r.Logprobs
 	dst = append(dst, `{"id":`...)
 	dst = appendString(dst, id)
 	dst = append(dst, `,"object":"chat.completion","created":`...)
@@ -24,6 +41,10 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, 
 		dst = append(dst, "null"...)
 	} else {
 		dst = appendString(dst, content)
+	}
+	if r.Reasoning != "" {
+		dst = append(dst, `,"reasoning_content":`...)
+		dst = appendString(dst, r.Reasoning)
 	}
 	if len(toolCalls) > 0 {
 		dst = append(dst, `,"tool_calls":[`...)
@@ -45,7 +66,7 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint, 
 	dst = append(dst, `,"finish_reason":`...)
 	dst = appendString(dst, finish)
 	dst = append(dst, `}],"usage":`...)
-	dst = appendUsage(dst, prompt, completion)
+	dst = appendUsage(dst, u)
 	return append(dst, '}')
 }
 

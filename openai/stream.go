@@ -71,6 +71,18 @@ func (c *ChunkEncoder) AppendContent(dst []byte, text string) []byte {
 	return append(dst, c.end...)
 }
 
+// AppendReasoning appends a chunk whose delta carries a piece of the
+// model's thinking as reasoning_content, apart from content (as vLLM and
+// DeepSeek stream it).
+func (c *ChunkEncoder) AppendReasoning(dst []byte, text string) []byte {
+	dst = append(dst, c.choice...)
+	dst = append(dst, `{"reasoning_content":`...)
+	dst = appendString(dst, text)
+	dst = append(dst, '}')
+	dst = append(dst, notFinished...)
+	return append(dst, c.end...)
+}
+
 // AppendToolCalls appends a chunk whose delta carries complete tool calls,
 // numbered from startIndex (the number of calls already sent in this
 // completion). A call without an ID gets a fresh one.
@@ -101,10 +113,10 @@ func (c *ChunkEncoder) AppendFinish(dst []byte, reason string) []byte {
 
 // AppendUsage appends the usage chunk, which has no choices. Send it only
 // when the client asked for usage, after the finish chunk.
-func (c *ChunkEncoder) AppendUsage(dst []byte, prompt, completion int) []byte {
+func (c *ChunkEncoder) AppendUsage(dst []byte, u Usage) []byte {
 	dst = append(dst, c.head...)
 	dst = append(dst, `"choices":[],"usage":`...)
-	dst = appendUsage(dst, prompt, completion)
+	dst = appendUsage(dst, u)
 	return append(dst, "}\n\n"...)
 }
 
@@ -143,12 +155,17 @@ func appendToolCallBody(dst []byte, tc *llm.ToolCall) []byte {
 	return append(dst, "}}"...)
 }
 
-func appendUsage(dst []byte, prompt, completion int) []byte {
+func appendUsage(dst []byte, u Usage) []byte {
 	dst = append(dst, `{"prompt_tokens":`...)
-	dst = appendInt(dst, int64(prompt))
+	dst = appendInt(dst, int64(u.Prompt))
 	dst = append(dst, `,"completion_tokens":`...)
-	dst = appendInt(dst, int64(completion))
+	dst = appendInt(dst, int64(u.Completion))
 	dst = append(dst, `,"total_tokens":`...)
-	dst = appendInt(dst, int64(prompt)+int64(completion))
+	dst = appendInt(dst, int64(u.Prompt)+int64(u.Completion))
+	if u.Reasoning > 0 {
+		dst = append(dst, `,"completion_tokens_details":{"reasoning_tokens":`...)
+		dst = appendInt(dst, int64(u.Reasoning))
+		dst = append(dst, '}')
+	}
 	return append(dst, '}')
 }

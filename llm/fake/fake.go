@@ -38,6 +38,10 @@ type Config struct {
 	// exactly as long as a test wants.
 	Hold <-chan struct{}
 
+	// Reasoning, if set, are pieces of thinking streamed before the tokens
+	// when the request asks the model to think (Options.Think other than
+	// "" and "none"); each counts as a completion token.
+	Reasoning []string
 	// ToolCalls, if set, are sent in one event after the tokens and the
 	// stream finishes with tool_calls.
 	ToolCalls []llm.ToolCall
@@ -200,6 +204,7 @@ func (r *Runtime) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 		stop:   req.Options.Stop,
 
 		logprobs: req.Options.Logprobs,
+		think:    req.Options.Think != "" && req.Options.Think != llm.ThinkNone,
 		prompt:   prompt,
 		info:     info,
 		closed:   make(chan struct{}),
@@ -276,6 +281,9 @@ type stream struct {
 	info   *StreamInfo
 	// logprobs: the request asked for them; each token gets -1.
 	logprobs bool
+	// think: the request asked the model to think; r pieces sent so far.
+	think bool
+	r     int
 
 	i         int  // tokens sent
 	held      bool // waited for cfg.Hold
@@ -348,6 +356,10 @@ func (s *stream) Recv() (llm.Event, error) {
 		s.info.end()
 		return s.fail(fmt.Errorf("fake runtime: stream failed: %w", s.cfg.StreamErr))
 	}
+	if s.think && s.r < len(s.cfg.Reasoning) {
+		s.r++
+		return llm.Event{Reasoning: s.cfg.Reasoning[s.r-1]}, nil
+	}
 	if s.i < s.n {
 		tok := s.toks[s.i%len(s.toks)]
 		if !contains(s.stop, tok) {
@@ -377,7 +389,7 @@ func (s *stream) Recv() (llm.Event, error) {
 		Done:             true,
 		FinishReason:     s.finish,
 		PromptTokens:     s.prompt,
-		CompletionTokens: s.i,
+		CompletionTokens: s.i + s.r,
 	}, nil
 }
 
@@ -453,6 +465,7 @@ func cloneRequest(r *llm.Request) *llm.Request {
 		RepetitionPenalty: clonePtr(o.RepetitionPenalty),
 		Logprobs:          o.Logprobs,
 		TopLogprobs:       o.TopLogprobs,
+		Think:             o.Think,
 	}
 	if o.Stop == nil {
 		c.Options.Stop = nil

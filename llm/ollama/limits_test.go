@@ -2,6 +2,7 @@ package ollama
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -106,6 +107,41 @@ func TestRealLogprobs(t *testing.T) {
 		}
 		if text.String() == "" || text.String() != fromLogprobs.String() {
 			t.Fatalf("text %q, tokens of the logprobs %q", text.String(), fromLogprobs.String())
+		}
+	})
+}
+
+// The think flag reaches the runtime: the tiny model cannot think, so
+// each version refuses think true (as a bad request, naming thinking) and
+// takes think false and no flag alike.
+func TestRealThinkFlagPassesThrough(t *testing.T) {
+	ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		b := realBackend(t, inst)
+		for _, effort := range []string{"", llm.ThinkNone, llm.ThinkHigh} {
+			s, err := b.Chat(context.Background(), &llm.Request{Messages: userSays("hi"), Options: llm.Options{MaxTokens: ptr(2), Think: effort}})
+			if effort == llm.ThinkHigh {
+				var bad *llm.InvalidRequestError
+				if !errors.As(err, &bad) || !strings.Contains(bad.Msg, "think") {
+					t.Fatalf("think %q: %v, want the runtime's refusal naming thinking", effort, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("think %q: %v", effort, err)
+			}
+			for {
+				ev, err := s.Recv()
+				if err != nil {
+					t.Fatalf("think %q: %v", effort, err)
+				}
+				if ev.Reasoning != "" {
+					t.Fatalf("think %q: reasoning %q from a model that cannot think", effort, ev.Reasoning)
+				}
+				if ev.Done {
+					break
+				}
+			}
+			s.Close()
 		}
 	})
 }

@@ -532,7 +532,8 @@ func (b *Backend) chatBody(req *llm.Request) ([]byte, error) {
 		}
 		cr.Tools = append(cr.Tools, at)
 	}
-	body, err := json.Marshal(&chatRequest{ChatRequest: cr, Logprobs: req.Options.Logprobs, TopLogprobs: req.Options.TopLogprobs})
+	body, err := json.Marshal(&chatRequest{ChatRequest: cr, Logprobs: req.Options.Logprobs, TopLogprobs: req.Options.TopLogprobs,
+		Think: think(req.Options.Think)})
 	if err != nil {
 		return nil, fmt.Errorf("ollama: encode chat request: %w", err)
 	}
@@ -546,6 +547,21 @@ type chatRequest struct {
 	api.ChatRequest
 	Logprobs    bool `json:"logprobs,omitempty"`
 	TopLogprobs int  `json:"top_logprobs,omitempty"`
+	// Think is Ollama's think flag. Current Ollama also takes an effort
+	// ("low", "medium", "high") for the models that have levels, but the
+	// oldest supported version refuses anything but a bool, so an effort
+	// is sent as true.
+	Think *bool `json:"think,omitempty"`
+}
+
+// think is Options.Think as Ollama's think: unset, false for "none", else
+// true.
+func think(effort string) *bool {
+	if effort == "" {
+		return nil
+	}
+	on := effort != llm.ThinkNone
+	return &on
 }
 
 // options returns only the options the client set, in Ollama's names.

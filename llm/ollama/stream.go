@@ -53,7 +53,10 @@ const lineBufSize = 2 << 10
 // and keeps tool call arguments as the model wrote them.
 type chatLine struct {
 	Message struct {
-		Content   string `json:"content"`
+		Content string `json:"content"`
+		// Thinking is a reasoning model's thinking, apart from content,
+		// when the request asked it to think.
+		Thinking  string `json:"thinking"`
 		ToolCalls []struct {
 			Function struct {
 				Name      string          `json:"name"`
@@ -213,8 +216,8 @@ func (s *stream) decode(l *chatLine) error {
 	if l.Error != "" {
 		return &streamError{msg: l.Error}
 	}
-	if l.Message.Content != "" || len(l.Message.ToolCalls) > 0 || len(l.Logprobs) > 0 {
-		ev := llm.Event{Content: l.Message.Content, Logprobs: logprobsOf(l.Logprobs)}
+	if l.Message.Content != "" || l.Message.Thinking != "" || len(l.Message.ToolCalls) > 0 || len(l.Logprobs) > 0 {
+		ev := llm.Event{Content: l.Message.Content, Reasoning: l.Message.Thinking, Logprobs: logprobsOf(l.Logprobs)}
 		if len(l.Message.ToolCalls) > 0 {
 			s.toolCalls = true
 			ev.ToolCalls = make([]llm.ToolCall, len(l.Message.ToolCalls))

@@ -338,3 +338,30 @@ func BenchmarkDecodeLine(b *testing.B) {
 		})
 	}
 }
+
+// A thinking model's lines carry message.thinking before the answer: each
+// becomes an event with Reasoning, apart from Content.
+func TestStreamThinking(t *testing.T) {
+	in := `{"model":"m","created_at":"2025-07-01T00:00:00Z","message":{"role":"assistant","content":"","thinking":"Let me"},"done":false}` + "\n" +
+		`{"model":"m","created_at":"2025-07-01T00:00:00Z","message":{"role":"assistant","content":"","thinking":" think."},"done":false}` + "\n" +
+		string(tokenLine("Hi")) + finalLine
+	s := testStream(io.NopCloser(strings.NewReader(in)))
+	var reasoning, content strings.Builder
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Reasoning != "" && ev.Content != "" {
+			t.Fatalf("one event with both: %+v", ev)
+		}
+		reasoning.WriteString(ev.Reasoning)
+		content.WriteString(ev.Content)
+		if ev.Done {
+			break
+		}
+	}
+	if reasoning.String() != "Let me think." || content.String() != "Hi" {
+		t.Fatalf("reasoning %q content %q", reasoning.String(), content.String())
+	}
+}
