@@ -36,7 +36,7 @@ func checkFastLine(t *testing.T, line []byte) (accepted bool) {
 	if ref.Message.Content != content {
 		t.Fatalf("line %q: fast path content %q, encoding/json %q", line, content, ref.Message.Content)
 	}
-	if ref.Done || ref.Error != "" || len(ref.Message.ToolCalls) > 0 || ref.DoneReason != "" || ref.EvalCount != 0 {
+	if ref.Done || ref.Error != "" || len(ref.Message.ToolCalls) > 0 || ref.Message.Thinking != "" || ref.DoneReason != "" || ref.EvalCount != 0 {
 		t.Fatalf("fast path accepted %q, which encoding/json reads as %+v", line, ref)
 	}
 	return true
