@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,7 +76,12 @@ func TestSettingsCoverConfig(t *testing.T) {
 		}
 		// Setting it must change exactly one field, one no other sets.
 		cfg := Defaults()
-		if _, err := load(&cfg, nil, []string{s.Env + "=" + sample(s.Type)}); err != nil {
+		value := sample(s.Type)
+		if s.Type == "bool" {
+			// A switch is set by moving it off its default.
+			value = strconv.FormatBool(!reflect.ValueOf(Defaults()).FieldByName(fieldOf(t, s.Key)).Bool())
+		}
+		if _, err := load(&cfg, nil, []string{s.Env + "=" + value}); err != nil {
 			t.Errorf("key %s: %v", s.Key, err)
 			continue
 		}
@@ -116,6 +122,7 @@ max_queue = 16
 max_concurrent_per_key = 2
 max_body_bytes = 1_048_576
 max_output_tokens = 512
+reasoning = false
 read_timeout = "15s"
 idle_timeout = "2m30s"
 write_stall_timeout = "45s"
@@ -161,6 +168,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		MaxConcurrentPerKey: 2,
 		MaxBodyBytes:        1 << 20,
 		MaxOutputTokens:     512,
+		Reasoning:           false,
 		ReadTimeout:         15 * time.Second,
 		IdleTimeout:         150 * time.Second,
 		WriteStallTimeout:   45 * time.Second,
@@ -500,4 +508,23 @@ func TestPackagedConfig(t *testing.T) {
 	if !reflect.DeepEqual(shown, Defaults()) {
 		t.Errorf("commented keys are not the defaults:\n%+v\nwant\n%+v", shown, Defaults())
 	}
+}
+
+// fieldOf is the Config field a key names: the key in CamelCase, with the
+// few initialisms the Config spells in capitals.
+func fieldOf(t *testing.T, key string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, part := range strings.Split(key, "_") {
+		switch part {
+		case "url", "tls", "ssh", "http", "ca", "ram":
+			b.WriteString(strings.ToUpper(part))
+		default:
+			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+		}
+	}
+	if _, ok := reflect.TypeFor[Config]().FieldByName(b.String()); !ok {
+		t.Fatalf("key %s: no Config field %s", key, b.String())
+	}
+	return b.String()
 }
