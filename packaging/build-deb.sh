@@ -4,10 +4,11 @@
 # VERSION may be a git describe string: a leading "v" is dropped, "-" becomes
 # "+" (a Debian version has no upstream "-" without a revision), and a version
 # not starting with a digit becomes 0.0.0~VERSION (sorts before any release).
-# The binaries are built here from ./cmd/hearthd and ./cmd/hearth-control;
+# The binaries are built here from ./cmd/hearthd, ./cmd/hearth-control and
+# ./cmd/hearth (the customer CLI);
 # the package itself is assembled by nfpm (pinned below; later releases need
 # modules the Go proxy does not serve). Set NFPM to use another nfpm command,
-# HEARTH_BIN_DIR to package hearthd and hearth-control built elsewhere.
+# HEARTH_BIN_DIR to package the three binaries built elsewhere.
 set -eu
 
 if [ $# -ne 2 ]; then
@@ -37,14 +38,14 @@ trap 'rm -rf "$stage"' EXIT INT TERM
 mkdir -p "$stage/bin" "$stage/systemd" "$stage/etc" "$stage/doc" "$stage/man" "$stage/scripts"
 
 if [ -n "${HEARTH_BIN_DIR:-}" ]; then
-	cp "$HEARTH_BIN_DIR/hearthd" "$HEARTH_BIN_DIR/hearth-control" "$stage/bin/"
+	cp "$HEARTH_BIN_DIR/hearthd" "$HEARTH_BIN_DIR/hearth-control" "$HEARTH_BIN_DIR/hearth" "$stage/bin/"
 else
 	# Static PIE: no libc dependency to declare (nfpm computes no
 	# shared-library dependencies), and address-space randomisation. A
 	# non-PIE static binary is a lintian error; this is a warning (see
 	# README.md).
 	(cd "$repo" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -buildmode=pie \
-		-ldflags "-s -w -X main.version=$version" -o "$stage/bin/" ./cmd/hearthd ./cmd/hearth-control)
+		-ldflags "-s -w -X main.version=$version" -o "$stage/bin/" ./cmd/hearthd ./cmd/hearth-control ./cmd/hearth)
 fi
 
 cp "$repo"/systemd/hearthd.service "$repo"/systemd/hearthd.socket \
@@ -55,8 +56,8 @@ cp "$repo/packaging/scripts/postinst" "$repo/packaging/scripts/prerm" "$repo/pac
 cp "$repo/packaging/copyright" "$repo/packaging/grafana-dashboard.json" "$stage/doc/"
 date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
 sed -e "s/@VERSION@/$version/g" -e "s/@DATE@/$date/" "$repo/packaging/changelog.in" | gzip -9n >"$stage/doc/changelog.gz"
-for m in hearthd hearth-control; do
-	gzip -9n <"$repo/packaging/man/$m.8" >"$stage/man/$m.8.gz"
+for m in hearthd.8 hearth-control.8 hearth.1; do
+	gzip -9n <"$repo/packaging/man/$m" >"$stage/man/$m.gz"
 done
 
 deb="$outdir/hearth_${version}_amd64.deb"

@@ -187,7 +187,7 @@ func TestDebPackage(t *testing.T) {
 	if got := dpkgQuery(t, root, "${Status} ${Version}"); got != "install ok installed "+v1 {
 		t.Fatalf("after install: %q", got)
 	}
-	for _, bin := range []string{"usr/bin/hearthd", "usr/bin/hearth-control"} {
+	for _, bin := range []string{"usr/bin/hearthd", "usr/bin/hearth-control", "usr/bin/hearth"} {
 		if m := mode(t, at(bin)); !m.IsRegular() || m.Perm() != 0o755 {
 			t.Errorf("%s: mode %v, want an executable file", bin, m)
 		}
