@@ -30,6 +30,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hearthd/hearth/internal/backoff"
@@ -46,6 +47,40 @@ type Client struct {
 	retries   int
 	retryMin  time.Duration
 	retryMax  time.Duration
+
+	rlMu sync.Mutex
+	rl   RateLimit // from the latest answer that carried the headers
+}
+
+// RateLimit is the token's request budget as the management API's
+// RateLimit-* headers said in its latest answer: Limit requests per
+// window, Remaining of them now, the window full again after Reset.
+type RateLimit struct {
+	Limit, Remaining int
+	Reset            time.Duration
+	// At is when the answer came; zero if none carried the headers yet.
+	At time.Time
+}
+
+// RateLimit returns the budget the latest answer reported, and false if
+// no answer has carried RateLimit-* headers yet.
+func (c *Client) RateLimit() (RateLimit, bool) {
+	c.rlMu.Lock()
+	defer c.rlMu.Unlock()
+	return c.rl, !c.rl.At.IsZero()
+}
+
+// noteRateLimit keeps the RateLimit-* headers of an answer, if it has them.
+func (c *Client) noteRateLimit(h http.Header) {
+	limit, err1 := strconv.Atoi(h.Get("RateLimit-Limit"))
+	remaining, err2 := strconv.Atoi(h.Get("RateLimit-Remaining"))
+	reset, err3 := strconv.Atoi(h.Get("RateLimit-Reset"))
+	if err1 != nil || err2 != nil || err3 != nil {
+		return
+	}
+	c.rlMu.Lock()
+	c.rl = RateLimit{Limit: limit, Remaining: remaining, Reset: time.Duration(reset) * time.Second, At: time.Now()}
+	c.rlMu.Unlock()
 }
 
 // settings collects the options before New builds the client.
@@ -239,6 +274,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 			continue
 		}
 		hdr, apiErr, err := c.finish(resp, out)
+		c.noteRateLimit(hdr)
 		if err != nil {
 			return hdr, fmt.Errorf("%s %s: %w", r.method, r.path, err)
 		}

@@ -45,8 +45,15 @@ func TestClientAgainstControlPlane(t *testing.T) {
 	c := connect(t, ctl, ctl.Token)
 	ctx := context.Background()
 	fast := client.WaitOptions{Interval: 50 * time.Millisecond}
+	if _, ok := c.RateLimit(); ok {
+		t.Fatal("a rate limit before any answer")
+	}
 
 	key, err := c.CreateSSHKey(ctx, client.CreateSSHKeyRequest{Name: "laptop", PublicKey: testPub})
+	// Every answer carries the token's budget: a bucket of 1000, one used.
+	if rl, ok := c.RateLimit(); !ok || rl.Limit != 1000 || rl.Remaining != 999 || rl.At.IsZero() {
+		t.Fatalf("rate limit after one request: %+v %v", rl, ok)
+	}
 	if err != nil || !strings.HasPrefix(key.Fingerprint, "SHA256:") || key.Type != "ssh-ed25519" || key.CreatedAt.IsZero() {
 		t.Fatalf("create SSH key: %+v %v", key, err)
 	}
