@@ -14,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/pgtest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/tinymodel"
 )
@@ -145,8 +146,16 @@ func modelIDs(t *testing.T, c openai.Client) []string {
 // PATCH switches it to A; a revoked key is refused; deleting the server
 // wipes the tenant, so none of its keys — management-issued or made on the
 // box — works for the next tenant of the node, whose own key does. A model
-// that is neither present nor pullable ends failed, saying why.
+// that is neither present nor pullable ends failed, saying why. The
+// control plane keeps its state in embedded Pebble, then in PostgreSQL.
 func TestDeploymentJourney(t *testing.T) {
+	t.Run("pebble", func(t *testing.T) { testDeploymentJourney(t, nil) })
+	t.Run("postgres", func(t *testing.T) {
+		testDeploymentJourney(t, []string{"--database-url", pgtest.Start(t).NewDatabase(t)})
+	})
+}
+
+func testDeploymentJourney(t *testing.T, ctlArgs []string) {
 	inst := ollamatest.Start(t)
 	modelA, modelB := inst.Model, "hearth-tiny-b"
 	ggufB := filepath.Join(t.TempDir(), "b.gguf")
@@ -167,7 +176,8 @@ func TestDeploymentJourney(t *testing.T) {
 	}
 	deployURL := "http://" + addr + "/api/v1"
 	j := &journey{t: t, ak: filepath.Join(t.TempDir(), "authorized_keys")}
-	j.ctl = startControl(t, append(noRateLimit, "--public-deployment-url-template", deployURL, "--provision-timeout", "20s")...)
+	args := append(append([]string{}, noRateLimit...), "--public-deployment-url-template", deployURL, "--provision-timeout", "20s")
+	j.ctl = startControl(t, append(args, ctlArgs...)...)
 	j.node = startHearthd(t, hearthdOpts{stateDir: t.TempDir(), ready: true, args: []string{"--listen", addr,
 		"--model", modelA, "--ollama-url", inst.URL, "--control-url", j.ctl.url, "--enrollment-token", j.ctl.enrollmentToken(1),
 		"--node-chip", "cpu", "--node-ram", "8", "--node-storage", "40", "--authorized-keys-file", j.ak}})
