@@ -973,3 +973,21 @@ func TestInvisibleCharactersAreRefused(t *testing.T) {
 	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("ssh ✓")).must(t, 201)
 	e.req("POST", "/v1/ssh-keys", map[string]any{"name": "👩‍💻 laptop", "public_key": pub}).must(t, 201)
 }
+
+// TestRolledBackStateReachesTheNode: a node that asks for changes after a
+// revision the control plane has not reached (its state was restored from
+// an older backup) gets the state in force at once, not a wait.
+func TestRolledBackStateReachesTheNode(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.enroll(hwM4)
+	d := n.desired(t, 0)
+	// A poll that waited out its time would answer 204 (changed false).
+	got, changed, err := n.client.Desired(context.Background(), d.Revision+50, 20*time.Second)
+	if err != nil || !changed || got.Revision != d.Revision {
+		t.Fatalf("after a revision ahead of the control plane: %+v changed %v err %v", got, changed, err)
+	}
+	// At the current revision it waits as before.
+	if _, changed, err := n.client.Desired(context.Background(), d.Revision, 50*time.Millisecond); err != nil || changed {
+		t.Fatalf("at the current revision: changed %v err %v", changed, err)
+	}
+}

@@ -205,7 +205,10 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 			s.nodeInternal(w, err)
 			return
 		}
-		if d.Revision > after {
+		// A revision below the node's means the state was rolled back (a
+		// backup restored): the node is sent the state in force at once,
+		// instead of waiting for revisions to pass its own again.
+		if d.Revision != after {
 			writeJSON(w, http.StatusOK, d)
 			return
 		}
