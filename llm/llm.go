@@ -133,7 +133,17 @@ type Request struct {
 	// "json" for any JSON object, or a JSON schema object.
 	Format json.RawMessage
 	Tools  []Tool
+	// ForceTool makes the model call a tool rather than leaving it the
+	// choice: "" leaves it free, ToolAny requires a call to one of Tools,
+	// anything else names the one tool it must call.
+	ForceTool string
+	// OneToolCall asks for at most one tool call (parallel_tool_calls
+	// false).
+	OneToolCall bool
 }
+
+// ToolAny is Request.ForceTool for "call one of the tools, any of them".
+const ToolAny = "*"
 
 // Finish reasons, as the OpenAI convention names them.
 const (
