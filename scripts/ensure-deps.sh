@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # ensure-deps.sh [PACKAGE...] — the Debian packages `make test` needs (or
-# just those given), installed if missing.
+# just those given), installed if missing; then (without arguments) the npm
+# packages of e2e/node (the official openai SDK), from its lock file.
 #
 # As root it installs what is missing (apt-get update + install, quietly) and
 # says what it installed; as another user it prints the exact apt-get line
-# and fails. With everything present it prints nothing and touches nothing.
+# and fails. `npm ci` runs as whoever runs this, when e2e/node/node_modules
+# is missing or older than the lock file. With everything present it prints
+# nothing and touches nothing.
 # Go itself is not an apt package here (Debian 12 ships 1.19): it must be on
 # PATH already.
 set -euo pipefail
@@ -28,7 +31,8 @@ pkgs=(
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   pkgs+=(nodejs npm)
 fi
-[ $# -eq 0 ] || pkgs=("$@")
+npm_too=1
+[ $# -eq 0 ] || { pkgs=("$@"); npm_too=0; }
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -41,18 +45,24 @@ if ! command -v go >/dev/null; then
   echo "ensure-deps: go is not on PATH; install Go $(sed -n 's/^go //p' "$(dirname "$0")/../go.mod") or newer from https://go.dev/dl/" >&2
   go_ok=0
 fi
-if [ ${#missing[@]} -eq 0 ]; then
-  [ $go_ok = 1 ]; exit
+if [ ${#missing[@]} -gt 0 ]; then
+  line="apt-get install -y --no-install-recommends ${missing[*]}"
+  if [ "$(id -u)" != 0 ]; then
+    echo "ensure-deps: missing Debian packages; as root run:" >&2
+    echo "  apt-get update && $line" >&2
+    exit 1
+  fi
+  echo "ensure-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-line="apt-get install -y --no-install-recommends ${missing[*]}"
-if [ "$(id -u)" != 0 ]; then
-  echo "ensure-deps: missing Debian packages; as root run:" >&2
-  echo "  apt-get update && $line" >&2
-  exit 1
+# npm ci leaves node_modules/.package-lock.json behind: newer than the lock
+# file, nothing changed since.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/e2e/node"
+if [ $npm_too = 1 ] && ! [ "$node_dir/node_modules/.package-lock.json" -nt "$node_dir/package-lock.json" ]; then
+  echo "ensure-deps: npm ci in $node_dir" >&2
+  (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
-echo "ensure-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 [ $go_ok = 1 ]
