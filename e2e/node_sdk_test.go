@@ -3,7 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,15 +61,15 @@ func TestNodeSDK(t *testing.T) {
 }
 
 // nodeSetup returns the node binary, failing the test with the command to
-// run when node or the installed SDK is missing.
+// run when node is missing or node_modules is not what the lock file pins.
 func nodeSetup(t *testing.T) string {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatalf("node is not on PATH: run scripts/ensure-deps.sh as root (or `apt-get install nodejs npm`), then `cd e2e/%s && npm ci`", nodeDir)
 	}
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "openai", "package.json")); err != nil {
-		t.Fatalf("the openai npm package is not installed (%v): run `cd e2e/%s && npm ci` (scripts/ensure-deps.sh does it for make test)", err, nodeDir)
+	if err := nodeModulesMatchLock(); err != nil {
+		t.Fatalf("%v: run `cd e2e/%s && npm ci` (scripts/ensure-deps.sh does it for make test)", err, nodeDir)
 	}
 	out, err := exec.Command(node, "--version").Output()
 	if err != nil {
@@ -112,4 +115,42 @@ func runNodeScript(t *testing.T, node, script string, env []string, key string) 
 	if outs[1] != "" {
 		t.Logf("%s stderr:\n%s", script, outs[1])
 	}
+}
+
+// nodeModulesMatchLock says whether every package the lock file pins is
+// installed at its version: a stale node_modules would test another SDK.
+func nodeModulesMatchLock() error {
+	var lock struct {
+		Packages map[string]struct {
+			Version  string
+			Optional bool // e.g. for another platform: may be missing
+		} `json:"packages"`
+	}
+	b, err := os.ReadFile(filepath.Join(nodeDir, "package-lock.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &lock)
+	}
+	if err != nil {
+		return fmt.Errorf("package-lock.json: %w", err)
+	}
+	for path, want := range lock.Packages {
+		if !strings.HasPrefix(path, "node_modules/") {
+			continue // "" is the project itself
+		}
+		var got struct{ Version string }
+		b, err := os.ReadFile(filepath.Join(nodeDir, path, "package.json"))
+		if err == nil {
+			err = json.Unmarshal(b, &got)
+		}
+		if errors.Is(err, fs.ErrNotExist) && want.Optional {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("npm package %s is not installed (%w)", path, err)
+		}
+		if got.Version != want.Version {
+			return fmt.Errorf("npm package %s is %s, the lock file says %s", path, got.Version, want.Version)
+		}
+	}
+	return nil
 }
