@@ -1,7 +1,6 @@
 package deployapi
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -112,12 +111,8 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	conn := ctx.Conn()
 	enc := openai.NewChunkEncoder(c.id, c.created, s.model, s.fingerprint, req.IncludeUsage)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer done()
-		c.streamTo(w, conn, enc, req.IncludeUsage)
-	})
+	ctx.SetBodyStream(newSSEBody(c, ctx.Conn(), enc, req.IncludeUsage, done), -1)
 }
 
 // admitChat enters the served model's gate (waiting for a model switch in
@@ -288,100 +283,4 @@ func finishReason(r string, sawToolCalls bool) string {
 		return llm.FinishStop
 	}
 	return r
-}
-
-// flusher is what streamTo needs of the response writer.
-type flusher interface {
-	io.Writer
-	Flush() error
-}
-
-// streamTo relays the generation as server-sent events. Each event is
-// flushed as soon as nothing more is ready: fasthttp's stream writer is
-// buffered, so without the flush a client would see chunks in batches, and
-// with a flush per event a burst of ready tokens would cost a write each.
-func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
-	defer c.stream.Close()
-	stall := c.api.cfg.WriteStallTimeout
-	var deadline time.Time
-	// A client that stops reading must not pin a generation slot forever:
-	// bound each write. Moving the deadline costs a timer update, so it is
-	// moved only when a quarter of the window has passed.
-	armDeadline := func(now time.Time) {
-		if deadline.Sub(now) < stall*3/4 {
-			deadline = now.Add(stall)
-			_ = conn.SetWriteDeadline(deadline)
-		}
-	}
-	defer conn.SetWriteDeadline(time.Time{})
-	buffered, _ := c.stream.(llm.Buffered)
-
-	bp := c.api.bufs.Get().(*[]byte)
-	buf := enc.AppendRole((*bp)[:0])
-	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
-	now := time.Now()
-	send := func() bool {
-		armDeadline(now)
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		buf = buf[:0]
-		return w.Flush() == nil
-	}
-	if !send() {
-		return
-	}
-	toolIndex := 0
-	for {
-		ev, err := c.stream.Recv()
-		now = time.Now() // one clock read per event, for metrics and the write deadline
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			// The response has started: report the failure in the stream's
-			// own format, then end it cleanly.
-			if c.gctx.Err() == nil {
-				c.api.log.Warn("generation failed mid-stream", "err", err)
-			}
-			buf = enc.AppendError(buf, openai.RuntimeError(err))
-			buf = enc.AppendDone(buf)
-			send()
-			return
-		}
-		if ev.Reasoning != "" {
-			buf = enc.AppendReasoning(buf, ev.Reasoning)
-			c.reasoning++
-			c.token(now)
-		}
-		switch {
-		case c.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
-			buf = enc.AppendContentLogprobs(buf, ev.Content, ev.Logprobs)
-		case ev.Content != "":
-			buf = enc.AppendContent(buf, ev.Content)
-		}
-		if ev.Content != "" {
-			c.token(now)
-		}
-		if len(ev.ToolCalls) > 0 {
-			buf = enc.AppendToolCalls(buf, ev.ToolCalls, toolIndex)
-			toolIndex += len(ev.ToolCalls)
-		}
-		if ev.Done {
-			c.end(ev, toolIndex > 0)
-			buf = enc.AppendFinish(buf, c.finish)
-			if includeUsage {
-				buf = enc.AppendUsage(buf, c.usage(ev))
-			}
-			buf = enc.AppendDone(buf)
-			send()
-			return
-		}
-		if buffered != nil && buffered.Buffered() && len(buf) < 32<<10 {
-			continue // more is ready now: one write for the burst
-		}
-		if len(buf) > 0 && !send() {
-			return // client gone: the deferred Close stops the generation
-		}
-	}
 }
