@@ -95,7 +95,9 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 		ks = l.newKeyState()
 		l.keys[key] = ks
 	}
-	if l.running+n <= l.maxConcurrent && ks.running+n <= l.perKey && len(ks.waiters) == 0 {
+	// With others waiting, free slots may be kept for the fairest of them
+	// (a multi-slot waiter): the newcomer queues and dispatch decides.
+	if l.running+n <= l.maxConcurrent && ks.running+n <= l.perKey && l.waiting == 0 {
 		l.grant(ks, n)
 		l.mu.Unlock()
 		return nil
@@ -108,6 +110,7 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 	w := &waiter{ready: make(chan error, 1), n: n}
 	ks.waiters = append(ks.waiters, w)
 	l.setWaiting(l.waiting + 1)
+	l.dispatch()
 	l.mu.Unlock()
 
 	select {
