@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -440,5 +441,43 @@ func TestForcedToolWithChoices(t *testing.T) {
 	}
 	if len(choices) != 2 || len(ids) != 2 {
 		t.Errorf("%d choices, %d distinct call ids", len(choices), len(ids))
+	}
+}
+
+// A choice that fails mid-stream ends the whole answer with an error
+// event and [DONE] (streamed) or a 502 (not streamed), and every slot and
+// generation is let go.
+func TestNChoicesFailure(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 10, StreamErr: errors.New("runner died"), FailAfter: 2}, nil)
+	resp := ta.post(t, chatBody("hi", `,"n":3,"stream":true`), nil)
+	evs := readSSE(t, resp.Body)
+	resp.Body.Close()
+	if len(evs) < 2 || evs[len(evs)-1].data != "[DONE]" {
+		t.Fatalf("stream did not end cleanly: %v", evs)
+	}
+	if _, ok := chunkOf(t, evs[len(evs)-2])["error"].(map[string]any); !ok {
+		t.Fatalf("no error event before [DONE]: %v", evs[len(evs)-2])
+	}
+	resp = ta.post(t, chatBody("hi", `,"n":3`), nil)
+	if errorOf(t, resp); resp.StatusCode != 502 {
+		t.Errorf("not streamed: %d, want 502", resp.StatusCode)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the slots back", func() bool { return ta.api.lim.active() == 0 })
+	for i, st := range ta.rt.Streams() {
+		select {
+		case <-st.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("generation %d still running", i)
+		}
+	}
+
+	// A runtime that refuses the request: an HTTP error, no slot kept.
+	ta.rt.SetConfig(fake.Config{ChatErr: &llm.InvalidRequestError{Msg: "bad schema"}})
+	resp = ta.post(t, chatBody("hi", `,"n":3,"stream":true`), nil)
+	if errorOf(t, resp); resp.StatusCode != 400 {
+		t.Errorf("refused by the runtime: %d, want 400", resp.StatusCode)
+	}
+	if n := ta.api.lim.active(); n != 0 {
+		t.Errorf("%d slots kept after a refused start", n)
 	}
 }

@@ -44,14 +44,15 @@ func (s *single) Close() error   { return s.s.Close() }
 
 // fanout merges k generations into one choiceStream: a goroutine per
 // generation reads its events and hands them, tagged, to the one reader.
-// Close stops every generation.
+// Each goroutine owns its generation (Recv and Close never race); Close
+// stops them all through their context.
 type fanout struct {
 	events chan tagged
 	stop   chan struct{}
-	live   int // generations whose last event the reader has not had yet
+	cancel context.CancelFunc // of the generations' context
+	live   int                // generations whose last event the reader has not had yet
 	wg     sync.WaitGroup
 	once   sync.Once
-	gens   []llm.Stream
 }
 
 type tagged struct {
@@ -60,9 +61,10 @@ type tagged struct {
 	err error
 }
 
-// newFanout starts relaying gens, generation i as choice i.
-func newFanout(gens []llm.Stream) *fanout {
-	f := &fanout{events: make(chan tagged, 16*len(gens)), stop: make(chan struct{}), live: len(gens), gens: gens}
+// newFanout starts relaying gens, generation i as choice i; cancel ends
+// their context.
+func newFanout(gens []llm.Stream, cancel context.CancelFunc) *fanout {
+	f := &fanout{events: make(chan tagged, 16*len(gens)), stop: make(chan struct{}), cancel: cancel, live: len(gens)}
 	f.wg.Add(len(gens))
 	for i, g := range gens {
 		go f.pump(i, g)
@@ -72,6 +74,7 @@ func newFanout(gens []llm.Stream) *fanout {
 
 func (f *fanout) pump(i int, g llm.Stream) {
 	defer f.wg.Done()
+	defer g.Close()
 	for {
 		ev, err := g.Recv()
 		if errors.Is(err, io.EOF) {
@@ -110,9 +113,7 @@ func (f *fanout) Buffered() bool { return len(f.events) > 0 }
 func (f *fanout) Close() error {
 	f.once.Do(func() {
 		close(f.stop)
-		for _, g := range f.gens {
-			_ = g.Close()
-		}
+		f.cancel()
 		f.wg.Wait()
 	})
 	return nil
@@ -135,6 +136,7 @@ func startChoices(ctx context.Context, n int, start func(ctx context.Context, i 
 		}
 		return newSingle(s), nil
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	gens := make([]llm.Stream, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -156,8 +158,9 @@ func startChoices(ctx context.Context, n int, start func(ctx context.Context, i 
 		}
 	}
 	if first == nil {
-		return newFanout(gens), nil
+		return newFanout(gens, cancel), nil
 	}
+	defer cancel()
 	for i, g := range gens {
 		if g != nil {
 			_ = g.Close()
