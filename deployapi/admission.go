@@ -95,9 +95,11 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 		ks = l.newKeyState()
 		l.keys[key] = ks
 	}
-	// With others waiting, free slots may be kept for the fairest of them
-	// (a multi-slot waiter): the newcomer queues and dispatch decides.
-	if l.running+n <= l.maxConcurrent && ks.running+n <= l.perKey && l.waiting == 0 {
+	// Free slots may be kept for a waiter that needs more of them (a
+	// multi-slot request at the head of the fair order): then the newcomer
+	// waits behind it. Waiters held back only by their key's cap keep
+	// nothing from it.
+	if l.running+n <= l.maxConcurrent && ks.running+n <= l.perKey && len(ks.waiters) == 0 && l.fairest() == nil {
 		l.grant(ks, n)
 		l.mu.Unlock()
 		return nil
@@ -110,7 +112,7 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 	w := &waiter{ready: make(chan error, 1), n: n}
 	ks.waiters = append(ks.waiters, w)
 	l.setWaiting(l.waiting + 1)
-	l.dispatch()
+	l.dispatch() // slots may be free for it, behind the kept ones
 	l.mu.Unlock()
 
 	select {
@@ -160,18 +162,9 @@ func (l *limiter) grant(ks *keyState, n int) {
 }
 
 // dispatch hands free slots to waiters, fairest first. Callers hold mu.
-// The scan is over the keys with waiters, at most maxQueue of them.
 func (l *limiter) dispatch() {
 	for l.running < l.maxConcurrent && l.waiting > 0 {
-		var next *keyState
-		for _, ks := range l.keys {
-			if len(ks.waiters) == 0 || ks.running+ks.waiters[0].n > l.perKey {
-				continue
-			}
-			if next == nil || ks.before(next) {
-				next = ks
-			}
-		}
+		next := l.fairest()
 		if next == nil {
 			return // every waiting key is at its cap
 		}
@@ -184,6 +177,25 @@ func (l *limiter) dispatch() {
 		l.grant(next, w.n)
 		w.ready <- nil
 	}
+}
+
+// fairest returns the waiting key that goes first for free slots, nil if
+// every waiting key is at its cap. Callers hold mu. The scan is over the
+// keys with waiters, at most maxQueue of them.
+func (l *limiter) fairest() *keyState {
+	if l.waiting == 0 {
+		return nil
+	}
+	var next *keyState
+	for _, ks := range l.keys {
+		if len(ks.waiters) == 0 || ks.running+ks.waiters[0].n > l.perKey {
+			continue
+		}
+		if next == nil || ks.before(next) {
+			next = ks
+		}
+	}
+	return next
 }
 
 // pushOut makes room in a full queue for a waiter of ks by refusing the

@@ -481,3 +481,38 @@ func TestNChoicesFailure(t *testing.T) {
 		t.Errorf("%d slots kept after a refused start", n)
 	}
 }
+
+// Waiters held back only by their key's cap keep no slot from another
+// key, even with the waiting room full.
+func TestLimiterCappedWaitersKeepNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(4, 1, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := l.acquire(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- l.acquire(ctx, "a") }() // a's second: waits on a's cap, fills the room
+		synctest.Wait()
+		if l.queued() != 1 {
+			t.Fatalf("%d queued", l.queued())
+		}
+		if err := l.acquire(ctx, "b"); err != nil {
+			t.Fatalf("b with 3 slots free: %v", err)
+		}
+		if err := l.acquireN(ctx, "c", 1); err != nil || l.active() != 3 || l.queued() != 1 {
+			t.Fatalf("c: %v, %d running, %d queued", err, l.active(), l.queued())
+		}
+		l.release("a")
+		if err := <-waited; err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"a", "b", "c"} {
+			l.release(k)
+		}
+		if l.active() != 0 {
+			t.Fatalf("%d running", l.active())
+		}
+	})
+}
