@@ -65,6 +65,7 @@ func (ks *keyState) before(o *keyState) bool {
 
 type waiter struct {
 	ready chan error // buffered 1: nil when granted, errQueueFull when pushed out
+	n     int        // slots wanted, granted together
 }
 
 func newLimiter(maxConcurrent, perKey, maxQueue int) *limiter {
@@ -78,15 +79,28 @@ func newLimiter(maxConcurrent, perKey, maxQueue int) *limiter {
 // fails with errQueueFull at once when the queue is full (or later, when
 // pushed out of it), or with ctx's error if the caller goes away while
 // waiting.
-func (l *limiter) acquire(ctx context.Context, key string) error {
+func (l *limiter) acquire(ctx context.Context, key string) error { return l.acquireN(ctx, key, 1) }
+
+// acquireN is acquire for n slots at once (a request with n choices),
+// 1 ≤ n ≤ maxSlots(): they are granted together or not at all, so two
+// multi-slot requests never each hold part of what they need while
+// waiting for the rest. A waiter for n slots at the head of the fair
+// order holds back the waiters behind it until n slots are free, so it is
+// not starved by single-slot requests. Each slot is released on its own
+// (release), as its generation ends.
+func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 	l.mu.Lock()
 	ks := l.keys[key]
 	if ks == nil {
 		ks = l.newKeyState()
 		l.keys[key] = ks
 	}
-	if l.running < l.maxConcurrent && ks.running < l.perKey && len(ks.waiters) == 0 {
-		l.grant(ks)
+	// Free slots may be kept for a waiter that needs more of them (a
+	// multi-slot request at the head of the fair order): then the newcomer
+	// waits behind it. Waiters held back only by their key's cap keep
+	// nothing from it.
+	if l.running+n <= l.maxConcurrent && ks.running+n <= l.perKey && len(ks.waiters) == 0 && l.fairest() == nil {
+		l.grant(ks, n)
 		l.mu.Unlock()
 		return nil
 	}
@@ -95,9 +109,10 @@ func (l *limiter) acquire(ctx context.Context, key string) error {
 		l.mu.Unlock()
 		return errQueueFull
 	}
-	w := &waiter{ready: make(chan error, 1)}
+	w := &waiter{ready: make(chan error, 1), n: n}
 	ks.waiters = append(ks.waiters, w)
 	l.setWaiting(l.waiting + 1)
+	l.dispatch() // slots may be free for it, behind the kept ones
 	l.mu.Unlock()
 
 	select {
@@ -110,7 +125,7 @@ func (l *limiter) acquire(ctx context.Context, key string) error {
 	select {
 	case err := <-w.ready: // decided while we were leaving
 		if err == nil {
-			l.releaseLocked(key, ks)
+			l.releaseLocked(key, ks, n)
 		}
 	default:
 		ks.waiters = removeWaiter(ks.waiters, w)
@@ -123,47 +138,64 @@ func (l *limiter) acquire(ctx context.Context, key string) error {
 // release frees key's slot and hands it on.
 func (l *limiter) release(key string) {
 	l.mu.Lock()
-	l.releaseLocked(key, l.keys[key])
+	l.releaseLocked(key, l.keys[key], 1)
 	l.mu.Unlock()
 }
 
-func (l *limiter) releaseLocked(key string, ks *keyState) {
-	l.running--
-	ks.running--
+// maxSlots is the most slots one request may ask for: more could never
+// be granted.
+func (l *limiter) maxSlots() int { return min(l.maxConcurrent, l.perKey) }
+
+func (l *limiter) releaseLocked(key string, ks *keyState, n int) {
+	l.running -= n
+	ks.running -= n
 	l.dispatch()
 	l.forget(key, ks)
 }
 
-// grant gives ks a slot. Callers hold mu.
-func (l *limiter) grant(ks *keyState) {
-	l.running++
-	ks.running++
+// grant gives ks n slots. Callers hold mu.
+func (l *limiter) grant(ks *keyState, n int) {
+	l.running += n
+	ks.running += n
 	l.seq++
 	ks.lastServed = l.seq
 }
 
 // dispatch hands free slots to waiters, fairest first. Callers hold mu.
-// The scan is over the keys with waiters, at most maxQueue of them.
 func (l *limiter) dispatch() {
 	for l.running < l.maxConcurrent && l.waiting > 0 {
-		var next *keyState
-		for _, ks := range l.keys {
-			if len(ks.waiters) == 0 || ks.running >= l.perKey {
-				continue
-			}
-			if next == nil || ks.before(next) {
-				next = ks
-			}
-		}
+		next := l.fairest()
 		if next == nil {
 			return // every waiting key is at its cap
 		}
 		w := next.waiters[0]
+		if l.running+w.n > l.maxConcurrent {
+			return // the fairest waiter wants more slots than are free: they are kept for it
+		}
 		next.waiters = next.waiters[1:]
 		l.setWaiting(l.waiting - 1)
-		l.grant(next)
+		l.grant(next, w.n)
 		w.ready <- nil
 	}
+}
+
+// fairest returns the waiting key that goes first for free slots, nil if
+// every waiting key is at its cap. Callers hold mu. The scan is over the
+// keys with waiters, at most maxQueue of them.
+func (l *limiter) fairest() *keyState {
+	if l.waiting == 0 {
+		return nil
+	}
+	var next *keyState
+	for _, ks := range l.keys {
+		if len(ks.waiters) == 0 || ks.running+ks.waiters[0].n > l.perKey {
+			continue
+		}
+		if next == nil || ks.before(next) {
+			next = ks
+		}
+	}
+	return next
 }
 
 // pushOut makes room in a full queue for a waiter of ks by refusing the

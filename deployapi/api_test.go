@@ -423,7 +423,7 @@ func errorOf(t *testing.T, resp *http.Response) map[string]any {
 }
 
 func TestBadInput(t *testing.T) {
-	ta := startAPI(t, fake.Config{}, nil)
+	ta := startAPI(t, fake.Config{}, func(c *APIConfig) { c.MaxConcurrentPerKey = 4 })
 	revokedSecret, revoked := ta.keys.Add("gone")
 	if err := ta.keys.Revoke(revoked.ID); err != nil {
 		t.Fatal(err)
@@ -447,7 +447,10 @@ func TestBadInput(t *testing.T) {
 		{"content wrong type", `{"model":"hearth-tiny","messages":[{"role":"user","content":5}]}`, "", 400, "", "messages[0].content"},
 		{"temperature wrong type", `{"model":"hearth-tiny","temperature":"hot","messages":[{"role":"user","content":"x"}]}`, "", 400, "", "temperature"},
 		{"temperature out of range", `{"model":"hearth-tiny","temperature":3,"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "temperature"},
-		{"n > 1", `{"model":"hearth-tiny","n":2,"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "n"},
+		{"n above the cap", `{"model":"hearth-tiny","n":9,"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "n"},
+		{"n above the slots", `{"model":"hearth-tiny","n":8,"messages":[{"role":"user","content":"x"}]}`, "", 400, "integer_above_max_value", "n"},
+		{"tool_choice names a missing tool", `{"model":"hearth-tiny","tools":[{"type":"function","function":{"name":"f"}}],` +
+			`"tool_choice":{"type":"function","function":{"name":"g"}},"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "tool_choice"},
 		{"logit_bias", `{"model":"hearth-tiny","logit_bias":{"1":2},"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "logit_bias"},
 		{"unknown field", `{"model":"hearth-tiny","frobnicate":1,"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "frobnicate"},
 		{"missing model", `{"messages":[{"role":"user","content":"x"}]}`, "", 400, "", "model"},

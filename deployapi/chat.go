@@ -1,8 +1,10 @@
 package deployapi
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -46,7 +48,10 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 		a.inflight.Done()
 	}
 
-	if err := a.lim.acquire(gctx, key.ID); err != nil {
+	// The n choices' slots are granted together (limiter.acquireN), so
+	// two requests never each hold part of theirs while waiting.
+	n := req.N
+	if err := a.lim.acquireN(gctx, key.ID, n); err != nil {
 		finish()
 		switch {
 		case errors.Is(err, errQueueFull):
@@ -60,21 +65,38 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 		// Otherwise the client left while queued: nobody to answer.
 		return
 	}
-	release := func() { a.lim.release(key.ID); finish() }
+	release := func() {
+		for range n {
+			a.lim.release(key.ID)
+		}
+		finish()
+	}
 
-	stream, err := s.rt.Chat(gctx, &req.Runtime)
-	if err != nil {
-		clientGone := gctx.Err() != nil
+	stream, err := startChoices(gctx, n, func(ctx context.Context, i int) (llm.Stream, error) {
+		r := &req.Runtime
+		if seed := r.Options.Seed; seed != nil && i > 0 {
+			// Choice i samples with seed+i: the same seed would make every
+			// choice the same answer.
+			c := *r
+			si := *seed + int64(i)
+			c.Options.Seed = &si
+			r = &c
+		}
+		return a.startGeneration(ctx, s, r)
+	}, func(_ int, err error) {
 		var ab llm.Abandoned
 		if errors.As(err, &ab) {
 			// The runtime still works on the request: its slot stays taken
 			// until it is done, so the runtime never runs more than
 			// --max-concurrent generations.
-			finish()
 			go func() { <-ab.RuntimeDone(); a.lim.release(key.ID) }()
-		} else {
-			release()
+			return
 		}
+		a.lim.release(key.ID)
+	})
+	if err != nil {
+		clientGone := gctx.Err() != nil
+		finish() // every slot is settled by the callback above
 		if clientGone && !errors.Is(err, llm.ErrTimeout) {
 			a.m.ChatCompletion(metrics.FinishCancelled, req.Stream)
 			return // client gone or shutting down: nobody to answer
@@ -98,6 +120,10 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 
 		logprobs: req.Runtime.Options.Logprobs,
 	}
+	c.choices = c.one[:]
+	if n > 1 {
+		c.choices = make([]choiceState, n)
+	}
 	done := func() {
 		c.observe()
 		a.m.StreamEnded()
@@ -111,8 +137,12 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/event-stream; charset=utf-8")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	conn := ctx.Conn()
 	enc := openai.NewChunkEncoder(c.id, c.created, s.model, s.fingerprint, req.IncludeUsage)
-	ctx.SetBodyStream(newSSEBody(c, ctx.Conn(), enc, req.IncludeUsage, done), -1)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer done()
+		c.streamTo(w, conn, enc, req.IncludeUsage)
+	})
 }
 
 // admitChat enters the served model's gate (waiting for a model switch in
@@ -130,6 +160,11 @@ func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *op
 	req, oerr := openai.DecodeChatRequest(ctx.PostBody(), s.model)
 	if oerr == nil {
 		oerr = a.checkLimits(s.ctx, s, &req.Runtime)
+	}
+	if oerr == nil && req.N > a.lim.maxSlots() {
+		// Its slots could never be granted together (limiter.acquireN).
+		oerr = &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "integer_above_max_value", Param: "n",
+			Message: fmt.Sprintf("n is too large: %d. This deployment runs at most %d generations at once for a key, one per choice.", req.N, a.lim.maxSlots())}
 	}
 	if oerr != nil {
 		a.gate.leave()
@@ -167,14 +202,15 @@ func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
 	a.writeError(ctx, e)
 }
 
-// completion is one chat completion being relayed.
+// completion is one chat completion being relayed: its choices'
+// generations, merged.
 type completion struct {
 	api     *API
 	served  *served // the model it runs on
 	id      string
 	created int64
 	start   time.Time
-	stream  llm.Stream
+	stream  choiceStream
 	gctx    context.Context
 	keyID   string
 	isSSE   bool
@@ -182,10 +218,17 @@ type completion struct {
 	logprobs bool
 
 	// Observed as the completion runs; reported once by observe.
-	firstAt, lastAt  time.Time
-	finish           string
+	firstAt, lastAt time.Time
+	choices         []choiceState // one per choice; one[:] when n is 1
+	one             [1]choiceState
+}
+
+// choiceState is what one choice's generation did.
+type choiceState struct {
+	finish           string // set when it ended
 	prompt, complete int
 	reasoning        int // pieces of thinking relayed (usage.completion_tokens_details)
+	toolCalls        int // tool calls relayed
 }
 
 // token notes that a piece of content reached the client now.
@@ -199,49 +242,73 @@ func (c *completion) token(now time.Time) {
 	c.lastAt = now
 }
 
-// end records how the generation ended.
-func (c *completion) end(ev llm.Event, sawToolCalls bool) {
-	c.finish = finishReason(ev.FinishReason, sawToolCalls)
-	c.prompt, c.complete = ev.PromptTokens, ev.CompletionTokens
-	c.api.keys.RecordUsage(c.keyID, 1, int64(ev.PromptTokens), int64(ev.CompletionTokens))
+// end records how choice i's generation ended. The key's usage counts
+// what the runtime did: every generation's prompt and output tokens, and
+// the request once.
+func (c *completion) end(i int, ev llm.Event) {
+	st := &c.choices[i]
+	st.finish = finishReason(ev.FinishReason, st.toolCalls > 0)
+	st.prompt, st.complete = ev.PromptTokens, ev.CompletionTokens
+	requests := int64(0)
+	if i == 0 {
+		requests = 1
+	}
+	c.api.keys.RecordUsage(c.keyID, requests, int64(ev.PromptTokens), int64(ev.CompletionTokens))
 }
 
-// usage is the completion's token counts for its answer: the runtime's,
-// with the reasoning pieces counted as reasoning tokens (each piece of
-// thinking the runtime streams is one token; they are part of the
-// completion tokens, as OpenAI counts them).
-func (c *completion) usage(last llm.Event) openai.Usage {
-	return openai.Usage{Prompt: last.PromptTokens, Completion: last.CompletionTokens,
-		Reasoning: min(c.reasoning, last.CompletionTokens)}
+// usage is the completion's token counts for its answer: the prompt once
+// (as OpenAI reports it for n choices; the largest count of any choice,
+// since a runtime's prompt cache may make later generations report less),
+// and the runtime's completion tokens summed over the choices, with the
+// reasoning pieces counted as reasoning tokens (each piece of thinking the
+// runtime streams is one token; they are part of the completion tokens,
+// as OpenAI counts them).
+func (c *completion) usage() openai.Usage {
+	var u openai.Usage
+	for _, st := range c.choices {
+		u.Prompt = max(u.Prompt, st.prompt)
+		u.Completion += st.complete
+		u.Reasoning += min(st.reasoning, st.complete)
+	}
+	return u
 }
 
-// observe reports the completion to metrics, once, at its end.
+// observe reports the completion to metrics, once, at its end: each choice
+// as a completion of its own, since each is a generation.
 func (c *completion) observe() {
 	m := c.api.m
-	switch {
-	case c.finish != "":
-		m.ChatCompletion(c.finish, c.isSSE)
-		m.Tokens(c.prompt, c.complete)
-	case c.gctx.Err() != nil:
-		m.ChatCompletion(metrics.FinishCancelled, c.isSSE)
-	default:
-		m.ChatCompletion(metrics.FinishError, c.isSSE)
+	for _, st := range c.choices {
+		switch {
+		case st.finish != "":
+			m.ChatCompletion(st.finish, c.isSSE)
+			m.Tokens(st.prompt, st.complete)
+		case c.gctx.Err() != nil:
+			m.ChatCompletion(metrics.FinishCancelled, c.isSSE)
+		default:
+			m.ChatCompletion(metrics.FinishError, c.isSSE)
+		}
 	}
 	m.ObserveChatDuration(time.Since(c.start))
+}
+
+// reply is one choice's answer as respond collects it.
+type reply struct {
+	text, reasoning strings.Builder
+	calls           []llm.ToolCall
+	lp              *[]llm.TokenLogprob
 }
 
 // respond collects the whole generation and answers it as one JSON object.
 func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 	defer c.stream.Close()
-	var text, reasoning strings.Builder
-	var calls []llm.ToolCall
-	var lp *[]llm.TokenLogprob
+	replies := make([]reply, len(c.choices))
 	if c.logprobs {
-		lp = &[]llm.TokenLogprob{}
+		for i := range replies {
+			replies[i].lp = &[]llm.TokenLogprob{}
+		}
 	}
-	var last llm.Event
 	for {
-		ev, err := c.stream.Recv()
+		i, ev, err := c.stream.Recv()
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -249,28 +316,47 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 			c.api.writeRuntimeError(ctx, err)
 			return
 		}
+		r, st := &replies[i], &c.choices[i]
 		if ev.Content != "" || ev.Reasoning != "" {
 			c.token(time.Now())
 		}
 		if ev.Reasoning != "" {
-			reasoning.WriteString(ev.Reasoning)
-			c.reasoning++
+			r.reasoning.WriteString(ev.Reasoning)
+			st.reasoning++
 		}
-		text.WriteString(ev.Content)
-		calls = append(calls, ev.ToolCalls...)
-		if lp != nil {
-			*lp = append(*lp, ev.Logprobs...)
+		r.text.WriteString(ev.Content)
+		r.calls = append(r.calls, ev.ToolCalls...)
+		st.toolCalls += len(ev.ToolCalls)
+		if r.lp != nil {
+			*r.lp = append(*r.lp, ev.Logprobs...)
 		}
 		if ev.Done {
-			last = ev
-			break
+			c.end(i, ev)
+			if len(c.choices) == 1 {
+				break
+			}
 		}
 	}
-	c.end(last, len(calls) > 0)
+	for i := range c.choices {
+		if c.choices[i].finish == "" {
+			c.end(i, llm.Event{}) // ended without a final event
+		}
+	}
 	bp := c.api.bufs.Get().(*[]byte)
 	defer c.api.bufs.Put(bp)
-	*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.served.model, c.served.fingerprint,
-		openai.Reply{Content: text.String(), Reasoning: reasoning.String(), ToolCalls: calls, Logprobs: lp}, c.finish, c.usage(last))
+	if len(c.choices) == 1 {
+		r := &replies[0]
+		*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.served.model, c.served.fingerprint,
+			openai.Reply{Content: r.text.String(), Reasoning: r.reasoning.String(), ToolCalls: r.calls, Logprobs: r.lp}, c.choices[0].finish, c.usage())
+	} else {
+		choices := make([]openai.Choice, len(c.choices))
+		for i := range replies {
+			r := &replies[i]
+			choices[i] = openai.Choice{Finish: c.choices[i].finish,
+				Reply: openai.Reply{Content: r.text.String(), Reasoning: r.reasoning.String(), ToolCalls: r.calls, Logprobs: r.lp}}
+		}
+		*bp = openai.AppendCompletionChoices((*bp)[:0], c.id, c.created, c.served.model, c.served.fingerprint, choices, c.usage())
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(*bp)
 }
@@ -283,4 +369,116 @@ func finishReason(r string, sawToolCalls bool) string {
 		return llm.FinishStop
 	}
 	return r
+}
+
+// flusher is what streamTo needs of the response writer.
+type flusher interface {
+	io.Writer
+	Flush() error
+}
+
+// streamTo relays the generation as server-sent events. Each event is
+// flushed as soon as nothing more is ready: fasthttp's stream writer is
+// buffered, so without the flush a client would see chunks in batches, and
+// with a flush per event a burst of ready tokens would cost a write each.
+//
+// With n choices, each gets its role chunk first and its own finish chunk
+// when its generation ends; usage (when asked for) and [DONE] follow the
+// last.
+func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
+	defer c.stream.Close()
+	stall := c.api.cfg.WriteStallTimeout
+	var deadline time.Time
+	// A client that stops reading must not pin a generation slot forever:
+	// bound each write. Moving the deadline costs a timer update, so it is
+	// moved only when a quarter of the window has passed.
+	armDeadline := func(now time.Time) {
+		if deadline.Sub(now) < stall*3/4 {
+			deadline = now.Add(stall)
+			_ = conn.SetWriteDeadline(deadline)
+		}
+	}
+	defer conn.SetWriteDeadline(time.Time{})
+
+	encs := []*openai.ChunkEncoder{enc}
+	if n := len(c.choices); n > 1 {
+		encs = make([]*openai.ChunkEncoder, n)
+		for i := range encs {
+			encs[i] = enc.ForChoice(i)
+		}
+	}
+	bp := c.api.bufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	for _, e := range encs {
+		buf = e.AppendRole(buf)
+	}
+	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
+	now := time.Now()
+	send := func() bool {
+		armDeadline(now)
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		buf = buf[:0]
+		return w.Flush() == nil
+	}
+	if !send() {
+		return
+	}
+	live := len(c.choices)
+	for {
+		i, ev, err := c.stream.Recv()
+		now = time.Now() // one clock read per event, for metrics and the write deadline
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			// The response has started: report the failure in the stream's
+			// own format, then end it cleanly.
+			if c.gctx.Err() == nil {
+				c.api.log.Warn("generation failed mid-stream", "err", err)
+			}
+			buf = enc.AppendError(buf, openai.RuntimeError(err))
+			buf = enc.AppendDone(buf)
+			send()
+			return
+		}
+		e, st := encs[i], &c.choices[i]
+		if ev.Reasoning != "" {
+			buf = e.AppendReasoning(buf, ev.Reasoning)
+			st.reasoning++
+			c.token(now)
+		}
+		switch {
+		case c.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
+			buf = e.AppendContentLogprobs(buf, ev.Content, ev.Logprobs)
+		case ev.Content != "":
+			buf = e.AppendContent(buf, ev.Content)
+		}
+		if ev.Content != "" {
+			c.token(now)
+		}
+		if len(ev.ToolCalls) > 0 {
+			buf = e.AppendToolCalls(buf, ev.ToolCalls, st.toolCalls)
+			st.toolCalls += len(ev.ToolCalls)
+		}
+		if ev.Done {
+			c.end(i, ev)
+			buf = e.AppendFinish(buf, st.finish)
+			if live--; live == 0 {
+				if includeUsage {
+					buf = enc.AppendUsage(buf, c.usage())
+				}
+				buf = enc.AppendDone(buf)
+				send()
+				return
+			}
+		}
+		if c.stream.Buffered() && len(buf) < 32<<10 {
+			continue // more is ready now: one write for the burst
+		}
+		if len(buf) > 0 && !send() {
+			return // client gone: the deferred Close stops the generation
+		}
+	}
 }

@@ -143,7 +143,9 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *opena
 	if e := a.checkThink(l, &r.Options); e != nil {
 		return e
 	}
-	if len(r.Tools) > 0 && !l.Can("tools") {
+	// A forced call is generated as constrained JSON, not through the
+	// runtime's tool support (generate.go).
+	if len(r.Tools) > 0 && r.ForceTool == "" && !l.Can("tools") {
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "tools",
 			Message: "This deployment's model does not support tools (its runtime lists no \"tools\" capability); omit tools."}
 	}

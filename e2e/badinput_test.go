@@ -182,7 +182,7 @@ func TestBadInput(t *testing.T) {
 		{"chat: max_tokens string", "deploy", "POST", "/chat/completions", chat(`,"max_tokens":"10"`), nil, 400, "invalid_type", "max_tokens"},
 		{"chat: max_tokens huge", "deploy", "POST", "/chat/completions", chat(`,"max_tokens":99999999999999999999`), nil, 400, "", "max_tokens"},
 		{"chat: temperature 5", "deploy", "POST", "/chat/completions", chat(`,"temperature":5`), nil, 400, "decimal_above_max_value", "temperature"},
-		{"chat: n=2", "deploy", "POST", "/chat/completions", chat(`,"n":2`), nil, 400, "unsupported_value", "n"},
+		{"chat: n=9", "deploy", "POST", "/chat/completions", chat(`,"n":9`), nil, 400, "integer_above_max_value", "n"},
 		{"chat: unknown field", "deploy", "POST", "/chat/completions", chat(`,"hack":true`), nil, 400, "unknown_parameter", "hack"},
 		{"chat: stream string", "deploy", "POST", "/chat/completions", chat(`,"stream":"yes"`), nil, 400, "invalid_type", "stream"},
 		{"chat: tool name injection", "deploy", "POST", "/chat/completions", chat(`,"tools":[{"type":"function","function":{"name":"a b;rm -rf /"}}]`), nil, 400, "invalid_value", "tools[0].function.name"},

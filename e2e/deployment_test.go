@@ -136,10 +136,10 @@ func TestSDKErrors(t *testing.T) {
 			t.Fatalf("other model: %v", err)
 		}
 		p := userParams(inst.Model, "hi", 4)
-		p.N = openai.Int(2)
+		p.N = openai.Int(9) // above the cap of 8
 		_, err = good.Chat.Completions.New(ctx, p)
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "n" {
-			t.Fatalf("n=2: %v", err)
+			t.Fatalf("n=9: %v", err)
 		}
 		// Still serving.
 		if _, err := good.Chat.Completions.New(ctx, userParams(inst.Model, "hi", 4)); err != nil {

@@ -54,15 +54,19 @@
 //	                           json_schema.strict either way (decoding is constrained)
 //	tools                      Tools; ≤ 128, type "function" only, unique names matching
 //	                           ^[a-zA-Z0-9_-]{1,64}$, parameters an object (absent → empty
-//	                           object schema). function.strict is accepted either way, but
-//	                           the runtime does not constrain tool arguments to the schema.
-//	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" or a
-//	                           named function → 400: the runtime cannot force a tool call
-//	parallel_tool_calls        true → nothing; false → 400 (cannot be honoured)
+//	                           object schema). function.strict is accepted either way; a
+//	                           forced call's arguments are constrained to the schema
+//	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" →
+//	                           ForceTool = llm.ToolAny (400 without tools); {"type":"function",
+//	                           "function":{"name":N}} → ForceTool = N (400 naming tool_choice
+//	                           when N is not among tools). The deployment API forces the call
+//	                           by constraining the output to a JSON schema (deployapi/generate.go)
+//	parallel_tool_calls        true → nothing; false → OneToolCall: later calls are dropped
 //	stream                     ChatRequest.Stream
 //	stream_options             only with stream true, else 400; include_usage →
 //	                           ChatRequest.IncludeUsage; include_obfuscation true → 400
-//	n                          1 → nothing; anything else → 400
+//	n                          ChatRequest.N, 1…MaxChoices (8): n independent generations,
+//	                           choices indexed 0…n−1; above 8 → 400 naming n
 //	user, safety_identifier,   strings, accepted and dropped (end-user identifier and a
 //	prompt_cache_key           caching hint change nothing in the output)
 //	logit_bias                 {} → nothing; non-empty → 400

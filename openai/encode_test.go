@@ -437,3 +437,59 @@ func TestLogprobsEncoding(t *testing.T) {
 		t.Fatal("logprobs not asked for, but sent")
 	}
 }
+
+// A choice's encoder differs from choice 0's only in the index, byte for
+// byte; usage and [DONE] are the completion's.
+func TestChunkEncoderForChoice(t *testing.T) {
+	enc := NewChunkEncoder("chatcmpl-1", 5, "m", "fp", true)
+	if enc.ForChoice(0) != enc {
+		t.Error("ForChoice(0) is not the encoder itself")
+	}
+	c3 := enc.ForChoice(3)
+	for name, pair := range map[string][2][]byte{
+		"role":    {enc.AppendRole(nil), c3.AppendRole(nil)},
+		"content": {enc.AppendContent(nil, "hi"), c3.AppendContent(nil, "hi")},
+		"finish":  {enc.AppendFinish(nil, "length"), c3.AppendFinish(nil, "length")},
+		"tools": {enc.AppendToolCalls(nil, []llm.ToolCall{{ID: "call_1", Name: "f", Arguments: json.RawMessage(`{}`)}}, 0),
+			c3.AppendToolCalls(nil, []llm.ToolCall{{ID: "call_1", Name: "f", Arguments: json.RawMessage(`{}`)}}, 0)},
+	} {
+		want := strings.Replace(string(pair[0]), `"choices":[{"index":0,`, `"choices":[{"index":3,`, 1)
+		if string(pair[1]) != want {
+			t.Errorf("%s: got  %s\nwant %s", name, pair[1], want)
+		}
+		ev := event(t, pair[1])
+		wantEq(t, name+" index", ev["choices"].([]any)[0].(map[string]any)["index"], 3)
+	}
+	if !bytes.Equal(c3.AppendUsage(nil, Usage{Prompt: 1, Completion: 2}), enc.AppendUsage(nil, Usage{Prompt: 1, Completion: 2})) {
+		t.Error("usage chunk differs between choices")
+	}
+	buf := make([]byte, 0, 4096)
+	if allocs := testing.AllocsPerRun(100, func() { buf = c3.AppendContent(buf[:0], " token") }); allocs != 0 {
+		t.Errorf("AppendContent of choice 3 allocates %v times per call", allocs)
+	}
+}
+
+func TestAppendCompletionChoices(t *testing.T) {
+	choices := []Choice{
+		{Reply: Reply{Content: "a"}, Finish: "stop"},
+		{Reply: Reply{ToolCalls: []llm.ToolCall{{ID: "call_1", Name: "f", Arguments: json.RawMessage(`{"x":1}`)}}}, Finish: "tool_calls"},
+		{Reply: Reply{Content: "c"}, Finish: "length"},
+	}
+	m := decodeObject(t, AppendCompletionChoices(nil, "chatcmpl-1", 9, "m", "fp", choices, Usage{Prompt: 3, Completion: 12}))
+	cs := m["choices"].([]any)
+	if len(cs) != 3 {
+		t.Fatalf("%d choices", len(cs))
+	}
+	for i, c := range cs {
+		c := c.(map[string]any)
+		wantEq(t, "index", c["index"], i)
+		wantEq(t, "finish_reason", c["finish_reason"], choices[i].Finish)
+	}
+	wantEq(t, "content of the tool call", cs[1].(map[string]any)["message"].(map[string]any)["content"], nil)
+	wantEq(t, "usage", m["usage"], map[string]any{"prompt_tokens": json.Number("3"), "completion_tokens": json.Number("12"), "total_tokens": json.Number("15")})
+	// One choice is AppendCompletion, byte for byte.
+	one := AppendCompletionChoices(nil, "i", 1, "m", "", choices[:1], Usage{Prompt: 1})
+	if want := AppendCompletion(nil, "i", 1, "m", "", choices[0].Reply, "stop", Usage{Prompt: 1}); !bytes.Equal(one, want) {
+		t.Errorf("got  %s\nwant %s", one, want)
+	}
+}

@@ -173,7 +173,7 @@ var goldenBad = map[string]string{
 	"max_completion_tokens": `1.5`, "stop": `[1]`, "seed": `"1"`, "presence_penalty": `9`,
 	"frequency_penalty": `"x"`, "response_format": `{"type":"xml"}`, "tools": `[{}]`, "tool_choice": `"required"`,
 	"stream": `1`, "stream_options": `{"include_usage":true}`, "user": `1`, "safety_identifier": `{}`,
-	"prompt_cache_key": `[]`, "parallel_tool_calls": `false`, "n": `2`, "logit_bias": `{"1":1}`,
+	"prompt_cache_key": `[]`, "parallel_tool_calls": `0`, "n": `9`, "logit_bias": `{"1":1}`,
 	"logprobs": `true`, "top_logprobs": `3`, "store": `true`, "metadata": `{"a":"b"}`, "service_tier": `"flex"`,
 	"modalities": `["audio"]`, "audio": `{}`, "prediction": `{}`, "reasoning_effort": `"extreme"`,
 	"web_search_options": `{}`, "functions": `[]`, "function_call": `"auto"`,

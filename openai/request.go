@@ -13,8 +13,16 @@ type ChatRequest struct {
 	Model        string
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
-	Runtime      llm.Request
+	// N is the number of choices, 1…MaxChoices: n independent generations
+	// of the same request.
+	N       int
+	Runtime llm.Request
 }
+
+// MaxChoices is the largest n: each choice is a generation of its own
+// and takes a generation slot, so n is kept well below what a node runs
+// at once.
+const MaxChoices = 8
 
 // DecodeChatRequest decodes and validates a chat completion request body for
 // a deployment serving modelID. The mapping is in the package comment. The
@@ -24,7 +32,7 @@ func DecodeChatRequest(body []byte, modelID string) (*ChatRequest, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	d := &chatDecoder{modelID: modelID}
+	d := &chatDecoder{modelID: modelID, ChatRequest: ChatRequest{N: 1}}
 	if e := chatFields.decode(d, obj); e != nil {
 		return nil, e
 	}
@@ -81,13 +89,11 @@ var chatFields = newFields("",
 		return e
 	}),
 	optional("tool_choice", func(d *chatDecoder, raw json.RawMessage, param string) *Error {
-		offer, e := decodeToolChoice(raw, param)
-		if e == nil && !offer {
-			d.Runtime.Tools = nil
-		}
-		return e
+		return decodeToolChoice(raw, param, &d.Runtime)
 	}),
-	optional("parallel_tool_calls", parallelToolCalls[chatDecoder]),
+	optional("parallel_tool_calls", func(d *chatDecoder, raw json.RawMessage, param string) *Error {
+		return parallelToolCalls(&d.Runtime, raw, param)
+	}),
 
 	optional("stream", set(asBool, func(d *chatDecoder) *bool { return &d.Stream })),
 	optional("stream_options", (*chatDecoder).streamOptions),
@@ -95,7 +101,11 @@ var chatFields = newFields("",
 	optional("user", ignoredString[chatDecoder]),
 	optional("safety_identifier", ignoredString[chatDecoder]),
 	optional("prompt_cache_key", ignoredString[chatDecoder]),
-	optional("n", onlyOneChoice[chatDecoder]),
+	optional("n", func(d *chatDecoder, raw json.RawMessage, param string) *Error {
+		n, e := asInt(raw, param, 1, MaxChoices)
+		d.N = int(n)
+		return e
+	}),
 	optional("logit_bias", noLogitBias[chatDecoder]),
 	optional("logprobs", set(asBool, func(d *chatDecoder) *bool { return &d.Runtime.Options.Logprobs })),
 	optional("top_logprobs", (*chatDecoder).topLogprobs),

@@ -91,6 +91,18 @@ var mappingTests = []struct {
 				Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}}}`)},
 			{Name: "now", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
 		}}}},
+	{"tool_choice required forces any tool", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"`),
+		ChatRequest{Model: testModel, Runtime: llm.Request{Messages: hiUser, ForceTool: llm.ToolAny,
+			Tools: []llm.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}}},
+	{"tool_choice names a tool", body(`"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}],` +
+		`"tool_choice":{"type":"function","function":{"name":"g"}},"parallel_tool_calls":false`),
+		ChatRequest{Model: testModel, Runtime: llm.Request{Messages: hiUser, ForceTool: "g", OneToolCall: true,
+			Tools: []llm.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+				{Name: "g", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}}},
+	{"parallel_tool_calls false", body(`"parallel_tool_calls":false`),
+		ChatRequest{Model: testModel, Runtime: llm.Request{Messages: hiUser, OneToolCall: true}}},
+	{"n up to the cap", body(`"n":8`),
+		ChatRequest{Model: testModel, N: 8, Runtime: llm.Request{Messages: hiUser}}},
 	{"tool_choice none drops tools", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"`),
 		ChatRequest{Model: testModel, Runtime: llm.Request{Messages: hiUser}}},
 	{"roles, parts and tool round trip",
@@ -138,8 +150,12 @@ func TestDecodeChatRequestMapping(t *testing.T) {
 			if e != nil {
 				t.Fatalf("unexpected error: %v", e)
 			}
-			if !reflect.DeepEqual(*got, tt.want) {
-				t.Errorf("got  %#v\nwant %#v", *got, tt.want)
+			want := tt.want
+			if want.N == 0 {
+				want.N = 1 // the default; the table leaves it out
+			}
+			if !reflect.DeepEqual(*got, want) {
+				t.Errorf("got  %#v\nwant %#v", *got, want)
 			}
 		})
 	}
@@ -282,13 +298,22 @@ var errorTests = []struct {
 		400, "tools[0].function.params", "unknown_parameter", ""},
 	{"too many tools", body(`"tools":[` + strings.Repeat(`{"type":"function","function":{"name":"f"}},`, 128) +
 		`{"type":"function","function":{"name":"f"}}]`), 400, "tools", "array_above_max_length", ""},
-	{"tool_choice required", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"`),
-		400, "tool_choice", "unsupported_value", ""},
-	{"tool_choice named", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}`),
-		400, "tool_choice", "unsupported_value", ""},
+	{"tool_choice required without tools", body(`"tool_choice":"required"`), 400, "tool_choice", "invalid_value", "needs at least one tool"},
+	{"tool_choice names a missing tool", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}`),
+		400, "tool_choice", "invalid_value", "'g' is not among 'tools'"},
+	{"tool_choice named without tools", body(`"tool_choice":{"type":"function","function":{"name":"f"}}`),
+		400, "tool_choice", "invalid_value", ""},
+	{"tool_choice named, wrong type", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"custom","function":{"name":"f"}}`),
+		400, "tool_choice.type", "invalid_value", ""},
+	{"tool_choice named, no function", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function"}`),
+		400, "tool_choice.function", "missing_required_parameter", ""},
+	{"tool_choice named, unknown key", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f","x":1}}`),
+		400, "tool_choice.function.x", "unknown_parameter", ""},
+	{"tool_choice name not a string", body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":1}}`),
+		400, "tool_choice.function.name", "invalid_type", ""},
 	{"tool_choice unknown", body(`"tool_choice":"sometimes"`), 400, "tool_choice", "invalid_value", ""},
 	{"tool_choice number", body(`"tool_choice":1`), 400, "tool_choice", "invalid_type", ""},
-	{"parallel_tool_calls false", body(`"parallel_tool_calls":false`), 400, "parallel_tool_calls", "unsupported_value", ""},
+	{"parallel_tool_calls not bool", body(`"parallel_tool_calls":0`), 400, "parallel_tool_calls", "invalid_type", ""},
 	{"functions", body(`"functions":[]`), 400, "functions", "unsupported_parameter", ""},
 	{"function_call", body(`"function_call":"auto"`), 400, "function_call", "unsupported_parameter", ""},
 
@@ -299,7 +324,8 @@ var errorTests = []struct {
 	{"stream_options unknown", body(`"stream":true,"stream_options":{"x":1}`), 400, "stream_options.x", "unknown_parameter", ""},
 	{"include_obfuscation true", body(`"stream":true,"stream_options":{"include_obfuscation":true}`), 400, "stream_options.include_obfuscation", "unsupported_value", ""},
 
-	{"n 2", body(`"n":2`), 400, "n", "unsupported_value", ""},
+	{"n above the cap", body(`"n":9`), 400, "n", "integer_above_max_value", ""},
+	{"n not an integer", body(`"n":1.5`), 400, "n", "invalid_type", ""},
 	{"n 0", body(`"n":0`), 400, "n", "integer_below_min_value", ""},
 	{"logit_bias", body(`"logit_bias":{"50256":-100}`), 400, "logit_bias", "unsupported_parameter", ""},
 	{"top_k below -1", body(`"top_k":-2`), 400, "top_k", "integer_below_min_value", ""},

@@ -23,11 +23,38 @@ type Usage struct {
 	Prompt, Completion, Reasoning int
 }
 
-// AppendCompletion appends a complete (non-streamed) chat.completion object.
-// The message content is null when the model only called tools; an empty
-// fingerprint is sent as null.
+// Choice is one choice of a complete chat.completion: the assistant's
+// reply and why its generation ended.
+type Choice struct {
+	Reply
+	Finish string
+}
+
+// AppendCompletion appends a complete (non-streamed) chat.completion object
+// with one choice. The message content is null when the model only called
+// tools; an empty fingerprint is sent as null.
 func AppendCompletion(dst []byte, id string, created int64, model, fingerprint string, r Reply, finish string, u Usage) []byte {
-	content, toolCalls, logprobs := r.Content, r.ToolCalls, r.Logprobs
+	dst = appendCompletionHead(dst, id, created, model, fingerprint)
+	dst = appendChoice(dst, 0, r, finish)
+	return appendCompletionTail(dst, u)
+}
+
+// AppendCompletionChoices is AppendCompletion for n choices, indexed in
+// order from 0.
+func AppendCompletionChoices(dst []byte, id string, created int64, model, fingerprint string, choices []Choice, u Usage) []byte {
+	dst = appendCompletionHead(dst, id, created, model, fingerprint)
+	for i := range choices {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendChoice(dst, i, choices[i].Reply, choices[i].Finish)
+	}
+	return appendCompletionTail(dst, u)
+}
+
+// appendCompletionHead appends the chat.completion object up to its
+// choices array, opened.
+func appendCompletionHead(dst []byte, id string, created int64, model, fingerprint string) []byte {
 	dst = append(dst, `{"id":`...)
 	dst = appendString(dst, id)
 	dst = append(dst, `,"object":"chat.completion","created":`...)
@@ -36,7 +63,21 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint s
 	dst = appendString(dst, model)
 	dst = append(dst, `,"system_fingerprint":`...)
 	dst = appendStringOrNull(dst, fingerprint)
-	dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	return append(dst, `,"choices":[`...)
+}
+
+func appendCompletionTail(dst []byte, u Usage) []byte {
+	dst = append(dst, `],"usage":`...)
+	dst = appendUsage(dst, u)
+	return append(dst, '}')
+}
+
+// appendChoice appends one choice object.
+func appendChoice(dst []byte, index int, r Reply, finish string) []byte {
+	content, toolCalls, logprobs := r.Content, r.ToolCalls, r.Logprobs
+	dst = append(dst, `{"index":`...)
+	dst = appendInt(dst, int64(index))
+	dst = append(dst, `,"message":{"role":"assistant","content":`...)
 	if content == "" && len(toolCalls) > 0 {
 		dst = append(dst, "null"...)
 	} else {
@@ -65,8 +106,6 @@ func AppendCompletion(dst []byte, id string, created int64, model, fingerprint s
 	}
 	dst = append(dst, `,"finish_reason":`...)
 	dst = appendString(dst, finish)
-	dst = append(dst, `}],"usage":`...)
-	dst = appendUsage(dst, u)
 	return append(dst, '}')
 }
 

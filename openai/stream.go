@@ -49,6 +49,23 @@ func NewChunkEncoder(id string, created int64, model, fingerprint string, includ
 	}
 }
 
+// ForChoice returns the encoder of choice index i of a completion with
+// several choices (n > 1): its chunks carry "index":i. The usage chunk and
+// [DONE] are the completion's, the same from any of them. Build the n
+// encoders once, before the stream starts, so no chunk costs more than
+// with one choice.
+func (c *ChunkEncoder) ForChoice(i int) *ChunkEncoder {
+	if i == 0 {
+		return c
+	}
+	h := make([]byte, 0, len(c.head)+40)
+	h = append(h, c.head...)
+	h = append(h, `"choices":[{"index":`...)
+	h = appendInt(h, int64(i))
+	h = append(h, `,"delta":`...)
+	return &ChunkEncoder{choice: string(h), head: c.head, end: c.end}
+}
+
 const notFinished = `,"logprobs":null,"finish_reason":null`
 
 // AppendRole appends the first chunk, whose delta announces the assistant

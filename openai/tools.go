@@ -106,35 +106,74 @@ func onlyFunctionType[T any](_ *T, raw json.RawMessage, param string) *Error {
 	return nil
 }
 
-// decodeToolChoice reports whether tools are offered to the model at all.
-// Ollama decides on its own whether to call a tool; it cannot be made to
-// call one. So only the choices it can honour are taken: "auto" (the
-// default) and "none" (tools are not offered).
-func decodeToolChoice(raw json.RawMessage, param string) (offer bool, e *Error) {
+// decodeToolChoice maps tool_choice onto req, whose Tools are decoded
+// already: "auto" (the default) leaves the model free, "none" offers no
+// tools, "required" sets ForceTool to llm.ToolAny and a named function sets
+// ForceTool to its name, which must be one of tools. The deployment API
+// forces the call by constraining the output to a JSON schema
+// (deployapi/generate.go), so a forced call always comes back.
+func decodeToolChoice(raw json.RawMessage, param string, req *llm.Request) *Error {
 	switch kindOf(raw) {
 	case "string":
 		switch v := mustString(raw); v {
 		case "auto":
-			return true, nil
+			return nil
 		case "none":
-			return false, nil
+			req.Tools = nil
+			return nil
 		case "required":
-			return false, invalid(param, "unsupported_value",
-				"tool_choice 'required' is not supported by this deployment: the model decides on its own whether to call a tool. Use 'auto'.")
+			if len(req.Tools) == 0 {
+				return invalid(param, "invalid_value", "tool_choice 'required' needs at least one tool in 'tools'.")
+			}
+			req.ForceTool = llm.ToolAny
+			return nil
 		default:
-			return false, invalidValue(param, v, "none", "auto", "required")
+			return invalidValue(param, v, "none", "auto", "required")
 		}
 	case "object":
-		return false, invalid(param, "unsupported_value",
-			"Forcing a specific tool is not supported by this deployment: the model decides on its own whether to call a tool. Use 'auto'.")
+		obj, _ := asObject(raw, param)
+		return toolChoiceFields.decode(req, obj)
 	default:
-		return false, typeError(param, "a string or an object", raw)
+		return typeError(param, "a string or an object", raw)
 	}
 }
 
-// parallelToolCalls accepts true only: the model may call several tools
-// at once, and nothing can stop it.
-func parallelToolCalls[T any](_ *T, raw json.RawMessage, param string) *Error {
-	return refuseBool(raw, param, false, "unsupported_value",
-		"parallel_tool_calls false is not supported by this deployment: the model may call several tools at once.")
+// toolChoiceFields decodes {"type":"function","function":{"name":…}}.
+var toolChoiceFields = newFields("tool_choice",
+	required("type", onlyFunctionType[llm.Request]),
+	required("function", func(req *llm.Request, raw json.RawMessage, param string) *Error {
+		fn, e := asObject(raw, param)
+		if e != nil {
+			return e
+		}
+		return toolChoiceFunctionFields.decode(req, fn)
+	}),
+)
+
+var toolChoiceFunctionFields = newFields("tool_choice.function",
+	required("name", func(req *llm.Request, raw json.RawMessage, param string) *Error {
+		name, e := asString(raw, param)
+		if e != nil {
+			return e
+		}
+		for i := range req.Tools {
+			if req.Tools[i].Name == name {
+				req.ForceTool = name
+				return nil
+			}
+		}
+		// Named on tool_choice, the parameter a client sets: the function
+		// is missing from tools, or tools is empty.
+		return invalid("tool_choice", "invalid_value", "Invalid 'tool_choice': function '"+clip(name)+
+			"' is not among 'tools'.")
+	}),
+)
+
+// parallelToolCalls decodes parallel_tool_calls: false asks for at most
+// one tool call, which the deployment API enforces by dropping any later
+// call.
+func parallelToolCalls(req *llm.Request, raw json.RawMessage, param string) *Error {
+	v, e := asBool(raw, param)
+	req.OneToolCall = !v
+	return e
 }
