@@ -80,7 +80,13 @@ func (ta *testAPI) get(t *testing.T, path string) int {
 
 func (ta *testAPI) post(t *testing.T, body string, hdr map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest("POST", ta.url+"/chat/completions", strings.NewReader(body))
+	return ta.postTo(t, "/chat/completions", body, hdr)
+}
+
+// postTo POSTs body to path below /api/v1 with the test key.
+func (ta *testAPI) postTo(t *testing.T, path, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", ta.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

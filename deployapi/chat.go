@@ -17,26 +17,67 @@ import (
 )
 
 // handleChat serves POST /api/v1/chat/completions.
+func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
+	c, req, ok := startGeneration(a, ctx, openai.DecodeChatRequest, chatParts, &chatLimitParams)
+	if !ok {
+		return
+	}
+	c.id = openai.NewCompletionID()
+	c.logprobs = req.Runtime.Options.Logprobs
+	if !req.Stream {
+		defer c.done()
+		c.respond(ctx)
+		return
+	}
+	conn := ctx.Conn()
+	sink := &chatSink{
+		enc:          openai.NewChunkEncoder(c.id, c.created, c.served.model, c.served.fingerprint, req.IncludeUsage),
+		includeUsage: req.IncludeUsage,
+		logprobs:     c.logprobs,
+	}
+	setSSEHeaders(ctx)
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer c.done()
+		c.relay(w, conn, sink)
+	})
+}
+
+// chatParts is what the shared generation path needs of a chat request.
+func chatParts(r *openai.ChatRequest) (*llm.Request, bool) { return &r.Runtime, r.Stream }
+
+func setSSEHeaders(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/event-stream; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+}
+
+// startGeneration is the path every generating route shares, up to the
+// runtime accepting the request: the drain check, auth, decoding with
+// decode (parts gives the runtime request and whether it streams), the
+// key's limits, admission and the runtime's answer. On false it has
+// answered; on true the caller relays the completion and calls c.done at
+// its end.
 //
-// Everything that can fail with a status code (auth, decoding, the key's
-// limits, admission, the runtime accepting the request) happens before the
+// Everything that can fail with a status code happens here, before the
 // response starts, so a streaming client gets a proper HTTP error rather
 // than a broken stream.
-func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
+func startGeneration[R any](a *API, ctx *fasthttp.RequestCtx, decode func(body []byte, model string) (*R, *openai.Error),
+	parts func(*R) (*llm.Request, bool), params *limitParams) (*completion, *R, bool) {
 	start := time.Now()
 	if a.draining.Load() {
 		a.m.Rejected(metrics.RejectDraining)
 		a.writeError(ctx, openai.Unavailable("The server is shutting down; please retry."))
-		return
+		return nil, nil, false
 	}
 	key, ok := a.authenticate(ctx)
 	if !ok {
-		return
+		return nil, nil, false
 	}
-	s, req, ok := a.admitChat(ctx, key)
+	s, req, ok := admit(a, ctx, key, decode, parts, params)
 	if !ok {
-		return
+		return nil, nil, false
 	}
+	rreq, streamed := parts(req)
 	a.inflight.Add(1)
 	gctx, cancel := context.WithCancel(s.ctx)
 	stopWatch := watchPeerClose(ctx.Conn(), cancel)
@@ -59,11 +100,11 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 			a.writeError(ctx, openai.Unavailable("The deployment switched its model; please retry."))
 		}
 		// Otherwise the client left while queued: nobody to answer.
-		return
+		return nil, nil, false
 	}
 	release := func() { a.lim.release(key.ID); finish() }
 
-	stream, err := s.rt.Chat(gctx, &req.Runtime)
+	stream, err := s.rt.Chat(gctx, rreq)
 	if err != nil {
 		clientGone := gctx.Err() != nil
 		var ab llm.Abandoned
@@ -77,54 +118,39 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 			release()
 		}
 		if clientGone && !errors.Is(err, llm.ErrTimeout) {
-			a.m.ChatCompletion(metrics.FinishCancelled, req.Stream)
-			return // client gone or shutting down: nobody to answer
+			a.m.ChatCompletion(metrics.FinishCancelled, streamed)
+			return nil, nil, false // client gone or shutting down: nobody to answer
 		}
-		a.m.ChatCompletion(metrics.FinishError, req.Stream)
+		a.m.ChatCompletion(metrics.FinishError, streamed)
 		a.writeRuntimeError(ctx, err)
-		return
+		return nil, nil, false
 	}
 
 	a.m.StreamStarted()
 	c := &completion{
 		api:     a,
 		served:  s,
-		id:      openai.NewCompletionID(),
 		created: start.Unix(),
 		start:   start,
 		stream:  stream,
 		gctx:    gctx,
 		keyID:   key.ID,
-		isSSE:   req.Stream,
-
-		logprobs: req.Runtime.Options.Logprobs,
+		isSSE:   streamed,
 	}
-	done := func() {
+	c.done = func() {
 		c.observe()
 		a.m.StreamEnded()
 		release()
 	}
-	if !req.Stream {
-		defer done()
-		c.respond(ctx)
-		return
-	}
-	ctx.SetContentType("text/event-stream; charset=utf-8")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	conn := ctx.Conn()
-	enc := openai.NewChunkEncoder(c.id, c.created, s.model, s.fingerprint, req.IncludeUsage)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer done()
-		c.streamTo(w, conn, enc, req.IncludeUsage)
-	})
+	return c, req, true
 }
 
-// admitChat enters the served model's gate (waiting for a model switch in
+// admit enters the served model's gate (waiting for a model switch in
 // progress, bounded), decodes the request against that model and applies
 // the key's per-minute limits. On false it has answered and left the gate;
 // on true the caller leaves it when the generation ends.
-func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *openai.ChatRequest, bool) {
+func admit[R any](a *API, ctx *fasthttp.RequestCtx, key apikeys.Key, decode func(body []byte, model string) (*R, *openai.Error),
+	parts func(*R) (*llm.Request, bool), params *limitParams) (*served, *R, bool) {
 	s, err := a.gate.enter(a.base, a.cfg.SwitchWait, a.cfg.MaxQueue)
 	if err != nil {
 		a.m.Rejected(metrics.RejectSwitching)
@@ -132,9 +158,10 @@ func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *op
 		ctx.Response.Header.Set("Retry-After", "5")
 		return nil, nil, false
 	}
-	req, oerr := openai.DecodeChatRequest(ctx.PostBody(), s.model)
+	req, oerr := decode(ctx.PostBody(), s.model)
 	if oerr == nil {
-		oerr = a.checkLimits(s.ctx, s, &req.Runtime)
+		rreq, _ := parts(req)
+		oerr = a.checkLimits(s.ctx, s, rreq, params)
 	}
 	if oerr != nil {
 		a.gate.leave()
@@ -185,6 +212,9 @@ type completion struct {
 	isSSE   bool
 	// logprobs: the request asked for them.
 	logprobs bool
+	// done reports the generation and frees its slot; called once, when
+	// the relay ends.
+	done func()
 
 	// Observed as the completion runs; reported once by observe.
 	firstAt, lastAt  time.Time
@@ -237,47 +267,61 @@ func (c *completion) observe() {
 
 // respond collects the whole generation and answers it as one JSON object.
 func (c *completion) respond(ctx *fasthttp.RequestCtx) {
-	defer c.stream.Close()
 	var text, reasoning strings.Builder
 	var calls []llm.ToolCall
 	var lp *[]llm.TokenLogprob
 	if c.logprobs {
 		lp = &[]llm.TokenLogprob{}
 	}
-	var last llm.Event
-	for {
-		ev, err := c.stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			c.api.writeRuntimeError(ctx, err)
-			return
-		}
-		if ev.Content != "" || ev.Reasoning != "" {
-			c.token(time.Now())
-		}
-		if ev.Reasoning != "" {
-			reasoning.WriteString(ev.Reasoning)
-			c.reasoning++
-		}
+	last, err := c.collect(func(ev *llm.Event) {
+		reasoning.WriteString(ev.Reasoning)
 		text.WriteString(ev.Content)
 		calls = append(calls, ev.ToolCalls...)
 		if lp != nil {
 			*lp = append(*lp, ev.Logprobs...)
 		}
-		if ev.Done {
-			last = ev
-			break
-		}
+	})
+	if err != nil {
+		c.api.writeRuntimeError(ctx, err)
+		return
 	}
-	c.end(last, len(calls) > 0)
 	bp := c.api.bufs.Get().(*[]byte)
 	defer c.api.bufs.Put(bp)
 	*bp = openai.AppendCompletion((*bp)[:0], c.id, c.created, c.served.model, c.served.fingerprint,
 		openai.Reply{Content: text.String(), Reasoning: reasoning.String(), ToolCalls: calls, Logprobs: lp}, c.finish, c.usage(last))
 	ctx.SetContentType("application/json")
 	ctx.SetBody(*bp)
+}
+
+// collect runs the whole generation for an answer that is not streamed,
+// handing each event to each, and records its end. It returns the final
+// event, or the runtime's error.
+func (c *completion) collect(each func(*llm.Event)) (llm.Event, error) {
+	defer c.stream.Close()
+	sawToolCalls := false
+	for {
+		ev, err := c.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// A stream that ends without its final event ends as stop.
+			c.end(llm.Event{}, sawToolCalls)
+			return llm.Event{}, nil
+		}
+		if err != nil {
+			return llm.Event{}, err
+		}
+		if ev.Content != "" || ev.Reasoning != "" {
+			c.token(time.Now())
+		}
+		if ev.Reasoning != "" {
+			c.reasoning++
+		}
+		sawToolCalls = sawToolCalls || len(ev.ToolCalls) > 0
+		each(&ev)
+		if ev.Done {
+			c.end(ev, sawToolCalls)
+			return ev, nil
+		}
+	}
 }
 
 func finishReason(r string, sawToolCalls bool) string {
@@ -290,17 +334,33 @@ func finishReason(r string, sawToolCalls bool) string {
 	return r
 }
 
-// flusher is what streamTo needs of the response writer.
+// flusher is what relay needs of the response writer.
 type flusher interface {
 	io.Writer
 	Flush() error
 }
 
-// streamTo relays the generation as server-sent events. Each event is
-// flushed as soon as nothing more is ready: fasthttp's stream writer is
-// buffered, so without the flush a client would see chunks in batches, and
-// with a flush per event a burst of ready tokens would cost a write each.
-func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
+// streamSink encodes a streamed generation's events in one route's wire
+// format; relay decides when they are written.
+type streamSink interface {
+	// begin appends what opens the stream.
+	begin(dst []byte) []byte
+	// event appends what an event carries: content, reasoning, tool calls
+	// (also on the final event).
+	event(dst []byte, ev *llm.Event) []byte
+	// finish appends what closes the stream, after c.end recorded how the
+	// generation ended.
+	finish(dst []byte, c *completion, last *llm.Event) []byte
+	// fail appends the report of a failure after the stream started.
+	fail(dst []byte, e *openai.Error) []byte
+}
+
+// relay streams the generation as server-sent events encoded by sink.
+// Each event is flushed as soon as nothing more is ready: fasthttp's
+// stream writer is buffered, so without the flush a client would see
+// chunks in batches, and with a flush per event a burst of ready tokens
+// would cost a write each.
+func (c *completion) relay(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink) {
 	defer c.stream.Close()
 	stall := c.api.cfg.WriteStallTimeout
 	var deadline time.Time
@@ -317,7 +377,7 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 	buffered, _ := c.stream.(llm.Buffered)
 
 	bp := c.api.bufs.Get().(*[]byte)
-	buf := enc.AppendRole((*bp)[:0])
+	buf := sink.begin((*bp)[:0])
 	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
 	now := time.Now()
 	send := func() bool {
@@ -331,7 +391,7 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 	if !send() {
 		return
 	}
-	toolIndex := 0
+	sawToolCalls := false
 	for {
 		ev, err := c.stream.Recv()
 		now = time.Now() // one clock read per event, for metrics and the write deadline
@@ -344,36 +404,21 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 			if c.gctx.Err() == nil {
 				c.api.log.Warn("generation failed mid-stream", "err", err)
 			}
-			buf = enc.AppendError(buf, openai.RuntimeError(err))
-			buf = enc.AppendDone(buf)
+			buf = sink.fail(buf, openai.RuntimeError(err))
 			send()
 			return
 		}
 		if ev.Reasoning != "" {
-			buf = enc.AppendReasoning(buf, ev.Reasoning)
 			c.reasoning++
+		}
+		if ev.Content != "" || ev.Reasoning != "" {
 			c.token(now)
 		}
-		switch {
-		case c.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
-			buf = enc.AppendContentLogprobs(buf, ev.Content, ev.Logprobs)
-		case ev.Content != "":
-			buf = enc.AppendContent(buf, ev.Content)
-		}
-		if ev.Content != "" {
-			c.token(now)
-		}
-		if len(ev.ToolCalls) > 0 {
-			buf = enc.AppendToolCalls(buf, ev.ToolCalls, toolIndex)
-			toolIndex += len(ev.ToolCalls)
-		}
+		sawToolCalls = sawToolCalls || len(ev.ToolCalls) > 0
+		buf = sink.event(buf, &ev)
 		if ev.Done {
-			c.end(ev, toolIndex > 0)
-			buf = enc.AppendFinish(buf, c.finish)
-			if includeUsage {
-				buf = enc.AppendUsage(buf, c.usage(ev))
-			}
-			buf = enc.AppendDone(buf)
+			c.end(ev, sawToolCalls)
+			buf = sink.finish(buf, c, &ev)
 			send()
 			return
 		}
@@ -384,4 +429,44 @@ func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.T
 			return // client gone: the deferred Close stops the generation
 		}
 	}
+}
+
+// chatSink encodes a streamed chat completion as chat.completion.chunk
+// events.
+type chatSink struct {
+	enc          *openai.ChunkEncoder
+	includeUsage bool
+	logprobs     bool
+	toolIndex    int // tool calls sent so far
+}
+
+func (k *chatSink) begin(dst []byte) []byte { return k.enc.AppendRole(dst) }
+
+func (k *chatSink) event(dst []byte, ev *llm.Event) []byte {
+	if ev.Reasoning != "" {
+		dst = k.enc.AppendReasoning(dst, ev.Reasoning)
+	}
+	switch {
+	case k.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
+		dst = k.enc.AppendContentLogprobs(dst, ev.Content, ev.Logprobs)
+	case ev.Content != "":
+		dst = k.enc.AppendContent(dst, ev.Content)
+	}
+	if len(ev.ToolCalls) > 0 {
+		dst = k.enc.AppendToolCalls(dst, ev.ToolCalls, k.toolIndex)
+		k.toolIndex += len(ev.ToolCalls)
+	}
+	return dst
+}
+
+func (k *chatSink) finish(dst []byte, c *completion, last *llm.Event) []byte {
+	dst = k.enc.AppendFinish(dst, c.finish)
+	if k.includeUsage {
+		dst = k.enc.AppendUsage(dst, c.usage(*last))
+	}
+	return k.enc.AppendDone(dst)
+}
+
+func (k *chatSink) fail(dst []byte, e *openai.Error) []byte {
+	return k.enc.AppendDone(k.enc.AppendError(dst, e))
 }
