@@ -272,7 +272,10 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 			return e
 		}
 		// Clients may trim history, so an unknown call ID is not an error.
-		in.cur.msg.Role, in.cur.msg.ToolName = "tool", in.toolNames[in.cur.callID]
+		in.cur.msg.Role = "tool"
+		if in.cur.msg.ToolName == "" {
+			in.cur.msg.ToolName = in.toolNames[in.cur.callID]
+		}
 		in.msgs = append(in.msgs, in.cur.msg)
 	case "reasoning":
 		// An earlier answer's thinking, sent back as SDKs do with a whole
@@ -332,6 +335,8 @@ var (
 			in.cur.msg.Content, e = decodeInputContent(raw, param, false)
 			return e
 		}),
+		// The function's name, which newer clients send along.
+		optional("name", set(asString, func(in *inputDecoder) *string { return &in.cur.msg.ToolName })),
 		optional("id", ignoredString[inputDecoder]),
 		optional("status", ignoredString[inputDecoder]),
 	)

@@ -61,6 +61,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				{"type":"function_call_output","call_id":"call_1","output":"cold"},
 				{"type":"function_call_output","call_id":"call_2","output":[{"type":"input_text","text":"noon"}]},
 				{"type":"function_call_output","call_id":"gone","output":"?"},
+				{"type":"function_call_output","call_id":"gone","name":"now","output":"!"},
 				{"type":"function_call","call_id":"call_3","name":"now","arguments":"{}"}
 			]}`,
 			llm.Request{Messages: []llm.Message{
@@ -74,6 +75,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				{Role: "tool", Content: "cold", ToolName: "get_weather"},
 				{Role: "tool", Content: "noon", ToolName: "now"},
 				{Role: "tool", Content: "?"},
+				{Role: "tool", Content: "!", ToolName: "now"},
 				{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_3", Name: "now", Arguments: json.RawMessage(`{}`)}}},
 			}}},
 	}
