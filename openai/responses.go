@@ -212,18 +212,24 @@ func (r *ResponseEncoder) AppendResponse(dst []byte) []byte {
 		}
 		dst = r.appendItem(dst, i, false)
 	}
-	// output_text is what the SDKs compute from the message items; sent
-	// too, for clients that read the JSON as it is.
-	dst = append(dst, `],"output_text":"`...)
-	for i := range r.items {
-		if r.items[i].kind == itemMessage {
-			// The texts joined in one string: each without its quotes.
-			start := len(dst)
-			dst = appendString(dst, r.items[i].text)
-			dst = append(dst[:start], dst[start+1:len(dst)-1]...)
+	dst = append(dst, ']')
+	if r.status != "in_progress" {
+		// output_text is what the SDKs compute from the message items;
+		// sent too, for clients that read the JSON as it is. Not in the
+		// first events: an SDK that accumulates the stream onto the
+		// response of response.created would keep it empty.
+		dst = append(dst, `,"output_text":"`...)
+		for i := range r.items {
+			if r.items[i].kind == itemMessage {
+				// The texts joined in one string: each without its quotes.
+				start := len(dst)
+				dst = appendString(dst, r.items[i].text)
+				dst = append(dst[:start], dst[start+1:len(dst)-1]...)
+			}
 		}
+		dst = append(dst, '"')
 	}
-	dst = append(dst, `","usage":`...)
+	dst = append(dst, `,"usage":`...)
 	if u := r.usage; u != nil {
 		dst = append(dst, `{"input_tokens":`...)
 		dst = appendInt(dst, int64(u.Prompt))
