@@ -352,6 +352,10 @@ func sdkValid(t *testing.T, path string, v reflect.Value) {
 			sdkValid(t, path+"[]", v.Index(i))
 		}
 	case reflect.Struct:
+		// A union is checked as the variant its type names too.
+		if m := v.MethodByName("AsAny"); m.IsValid() && m.Type().NumIn() == 0 {
+			sdkValid(t, path+"("+v.Type().Name()+")", m.Call(nil)[0])
+		}
 		for i := range v.NumField() {
 			f, ft := v.Field(i), v.Type().Field(i)
 			if !ft.IsExported() {
@@ -372,4 +376,68 @@ func sdkValid(t *testing.T, path string, v reflect.Value) {
 			sdkValid(t, path+"."+ft.Name, f)
 		}
 	}
+}
+
+// A streamed text token costs no allocation once the buffers have room.
+func TestResponseTextDoesNotAllocate(t *testing.T) {
+	req, e := DecodeResponsesRequest([]byte(rbody("")), testModel)
+	if e != nil {
+		t.Fatal(e)
+	}
+	r := NewResponseEncoder(req, NewResponseID(), 1700000000, true)
+	buf := r.Text(r.Begin(nil), "x")
+	r.items[r.open].text = make([]byte, 0, 1<<20)
+	buf = make([]byte, 0, 4096)
+	allocs := testing.AllocsPerRun(100, func() {
+		buf = r.Text(buf[:0], " token\n\"é\"\u2028\xff")
+	})
+	if allocs != 0 {
+		t.Errorf("Text allocates %v times per call", allocs)
+	}
+}
+
+// Whatever a request decodes to, its response and events are valid JSON
+// and the settings it echoes hold no line break (which would end an event).
+func FuzzDecodeResponsesRequest(f *testing.F) {
+	for _, s := range []string{
+		rbody(""),
+		rbody(`,"instructions":"a\nb","temperature":0.5,"max_output_tokens":3,"metadata":{"k":"v\u2028"},"stream":true`),
+		rbody(`,"tools":[{"type":"function","name":"f","parameters":{ "type":"object",` + "\n" + `"properties":{}}}],"tool_choice":{"type":"function","name":"f"}`),
+		rbody(`,"text":{"format":{"type":"json_schema","name":"s","schema":{"type":"object"}}}`),
+		`{"model":"` + testModel + `","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
+			`{"type":"function_call_output","call_id":"c","output":"r"},{"role":"user","content":[{"type":"input_text","text":"a"}]}]}`,
+		`{"model":"x","input":[]}`, `[]`, `null`, `{}`, rbody(`,"store":true`),
+	} {
+		f.Add([]byte(s), "tok\n")
+	}
+	f.Fuzz(func(t *testing.T, b []byte, tok string) {
+		req, e := DecodeResponsesRequest(b, testModel)
+		if (req == nil) == (e == nil) {
+			t.Fatalf("got request %v and error %v", req, e)
+		}
+		if e != nil {
+			if e.Status < 400 || e.Status > 499 || e.Message == "" {
+				t.Fatalf("bad error %+v", e)
+			}
+			return
+		}
+		if strings.ContainsAny(req.echo, "\r\n") {
+			t.Fatalf("echo has a line break: %s", req.echo)
+		}
+		r := NewResponseEncoder(req, NewResponseID(), 1, true)
+		ev := r.Begin(nil)
+		ev = r.Reasoning(ev, tok)
+		ev = r.Text(ev, tok)
+		ev = r.ToolCalls(ev, []llm.ToolCall{{Name: tok, Arguments: json.RawMessage(`{"a":1}`)}})
+		ev = r.Finish(ev, "", Usage{Prompt: 1, Completion: 2})
+		for _, e := range strings.Split(strings.TrimSuffix(string(ev), "\n\n"), "\n\n") {
+			_, data, _ := strings.Cut(e, "\ndata: ")
+			if !json.Valid([]byte(data)) || strings.Contains(data, "\n") {
+				t.Fatalf("bad event %q", e)
+			}
+		}
+		if !json.Valid(r.AppendResponse(nil)) {
+			t.Fatalf("invalid response %s", r.AppendResponse(nil))
+		}
+	})
 }
