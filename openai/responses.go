@@ -95,7 +95,7 @@ func (r *ResponseEncoder) delta(dst []byte, k itemKind, typ, s string) []byte {
 		return dst
 	}
 	dst = r.event(dst, typ)
-	dst = r.appendItemRef(dst)
+	dst = r.appendItemRef(dst, r.open)
 	dst = append(dst, `,"content_index":0,"delta":`...)
 	dst = appendString(dst, s)
 	if k == itemMessage {
@@ -122,20 +122,18 @@ func (r *ResponseEncoder) ToolCalls(dst []byte, calls []llm.ToolCall) []byte {
 		}
 		i := len(r.items) - 1
 		dst = r.itemEvent(dst, "response.output_item.added", i, true)
-		r.open = i
 		dst = r.event(dst, "response.function_call_arguments.delta")
-		dst = r.appendItemRef(dst)
+		dst = r.appendItemRef(dst, i)
 		dst = append(dst, `,"delta":`...)
 		dst = appendString(dst, c.Arguments)
 		dst = append(dst, "}\n\n"...)
 		dst = r.event(dst, "response.function_call_arguments.done")
-		dst = r.appendItemRef(dst)
+		dst = r.appendItemRef(dst, i)
 		dst = append(dst, `,"name":`...)
 		dst = appendString(dst, c.Name)
 		dst = append(dst, `,"arguments":`...)
 		dst = appendString(dst, c.Arguments)
 		dst = append(dst, "}\n\n"...)
-		r.open = -1
 		r.items[i].status = "completed"
 		dst = r.itemEvent(dst, "response.output_item.done", i, false)
 	}
@@ -266,12 +264,12 @@ func (r *ResponseEncoder) appendResponseMember(dst []byte) []byte {
 	return append(dst, "}\n\n"...)
 }
 
-// appendItemRef appends the open item's item_id and output_index.
-func (r *ResponseEncoder) appendItemRef(dst []byte) []byte {
+// appendItemRef appends item i's item_id and output_index.
+func (r *ResponseEncoder) appendItemRef(dst []byte, i int) []byte {
 	dst = append(dst, `,"item_id":`...)
-	dst = appendString(dst, r.items[r.open].id)
+	dst = appendString(dst, r.items[i].id)
 	dst = append(dst, `,"output_index":`...)
-	return appendInt(dst, int64(r.open))
+	return appendInt(dst, int64(i))
 }
 
 // itemEvent appends an output_item event about item i.
@@ -287,7 +285,7 @@ func (r *ResponseEncoder) itemEvent(dst []byte, typ string, i int, fresh bool) [
 // partEvent appends a content_part event about the open item.
 func (r *ResponseEncoder) partEvent(dst []byte, typ string, fresh bool) []byte {
 	dst = r.event(dst, typ)
-	dst = r.appendItemRef(dst)
+	dst = r.appendItemRef(dst, r.open)
 	dst = append(dst, `,"content_index":0,"part":`...)
 	dst = r.appendPart(dst, r.open, fresh)
 	return append(dst, "}\n\n"...)
@@ -325,7 +323,7 @@ func (r *ResponseEncoder) closeItem(dst []byte, status string) []byte {
 			typ = "response.reasoning_text.done"
 		}
 		dst = r.event(dst, typ)
-		dst = r.appendItemRef(dst)
+		dst = r.appendItemRef(dst, r.open)
 		dst = append(dst, `,"content_index":0,"text":`...)
 		dst = appendString(dst, it.text)
 		if it.kind == itemMessage {

@@ -57,7 +57,8 @@ type responsesDecoder struct {
 	format       textFormat
 	metadata     [][2]string // sorted by key
 	effort       string
-	user         [3]*string // user, safety_identifier, prompt_cache_key
+	// Echoed back, else ignored.
+	user, safetyID, cacheKey *string
 }
 
 // textFormat is text.format as the response echoes it.
@@ -113,9 +114,9 @@ var responsesFields = newFields("",
 	}),
 
 	optional("metadata", (*responsesDecoder).decodeMetadata),
-	optional("user", setPtr(asString, func(d *responsesDecoder) **string { return &d.user[0] })),
-	optional("safety_identifier", setPtr(asString, func(d *responsesDecoder) **string { return &d.user[1] })),
-	optional("prompt_cache_key", setPtr(asString, func(d *responsesDecoder) **string { return &d.user[2] })),
+	optional("user", setPtr(asString, func(d *responsesDecoder) **string { return &d.user })),
+	optional("safety_identifier", setPtr(asString, func(d *responsesDecoder) **string { return &d.safetyID })),
+	optional("prompt_cache_key", setPtr(asString, func(d *responsesDecoder) **string { return &d.cacheKey })),
 	optional("service_tier", defaultServiceTier[responsesDecoder]),
 	optional("truncation", onlyValue[responsesDecoder]("disabled")),
 	optional("top_logprobs", func(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
@@ -590,11 +591,11 @@ func (d *responsesDecoder) appendEcho(dst []byte) []byte {
 	dst = append(dst, `],"top_p":`...)
 	dst = appendFloatPtr(dst, d.Runtime.Options.TopP)
 	dst = append(dst, `,"truncation":"disabled","user":`...)
-	dst = appendStringPtr(dst, d.user[0])
+	dst = appendStringPtr(dst, d.user)
 	dst = append(dst, `,"safety_identifier":`...)
-	dst = appendStringPtr(dst, d.user[1])
+	dst = appendStringPtr(dst, d.safetyID)
 	dst = append(dst, `,"prompt_cache_key":`...)
-	dst = appendStringPtr(dst, d.user[2])
+	dst = appendStringPtr(dst, d.cacheKey)
 	dst = append(dst, `,"metadata":{`...)
 	for i, kv := range d.metadata {
 		if i > 0 {
