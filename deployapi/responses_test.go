@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/fake"
 	"github.com/hearthd/hearth/metrics"
@@ -348,4 +349,33 @@ func TestResponsesDisconnectCancels(t *testing.T) {
 		}
 	}
 	leave(t, conn, ta.rt.LastStream())
+}
+
+// A key's per-minute limit counts /responses with /chat/completions, and a
+// request over it never reaches the runtime.
+func TestResponsesShareTheKeyLimit(t *testing.T) {
+	ta := startAPI(t, fake.Config{}, nil)
+	ta.keys.Now = testutil.NewClock().Now
+	secret, _ := ta.keys.AddLimited("limited", 2, 0)
+	auth := map[string]string{"Authorization": "Bearer " + secret}
+	for _, path := range []string{"/chat/completions", "/responses"} {
+		body := hiBody
+		if path == "/responses" {
+			body = respBody("")
+		}
+		resp := ta.postTo(t, path, body, auth)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+	}
+	resp := ta.postTo(t, "/responses", respBody(""), auth)
+	e := errorOf(t, resp)
+	if resp.StatusCode != 429 || e["code"] != "rate_limit_exceeded" || resp.Header.Get("x-ratelimit-remaining-requests") != "0" {
+		t.Fatalf("over the limit: %d %v", resp.StatusCode, e)
+	}
+	if n := ta.rt.Calls(); n != 2 {
+		t.Fatalf("the runtime was called %d times, want 2", n)
+	}
 }
