@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openai/openai-go/v3/responses"
 
@@ -331,23 +329,7 @@ func TestResponsesMetricsRoute(t *testing.T) {
 // A client that leaves mid-stream cancels the generation at once.
 func TestResponsesDisconnectCancels(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := respBody(`,"stream":true`)
-	fmt.Fprintf(conn, "POST /api/v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", ta.secret, len(body), body)
-	br := bufio.NewReader(conn)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a bound for a broken build
-	for {
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(line, `"delta":"x"`) {
-			break
-		}
-	}
+	conn := ta.streamUntil(t, "/responses", respBody(`,"stream":true`), `"delta":"x"`)
 	leave(t, conn, ta.rt.LastStream())
 }
 
