@@ -215,6 +215,13 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 			break
 		}
 		a.handleChat(ctx)
+	case string(path) == APIPrefix+"/responses":
+		route = metrics.RouteResponses
+		if !bytes.Equal(method, []byte("POST")) {
+			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+			break
+		}
+		a.handleResponses(ctx)
 	case string(path) == APIPrefix+"/models":
 		route = metrics.RouteModels
 		if !isGet(method) {

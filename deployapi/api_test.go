@@ -80,7 +80,13 @@ func (ta *testAPI) get(t *testing.T, path string) int {
 
 func (ta *testAPI) post(t *testing.T, body string, hdr map[string]string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest("POST", ta.url+"/chat/completions", strings.NewReader(body))
+	return ta.postTo(t, "/chat/completions", body, hdr)
+}
+
+// postTo POSTs body to path below /api/v1 with the test key.
+func (ta *testAPI) postTo(t *testing.T, path, body string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", ta.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,23 +318,31 @@ func TestStreamFlushesPerEvent(t *testing.T) {
 // next token is 30 s away, so no failed write could be what notices.
 func TestDisconnectCancelsGeneration(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
+	conn := ta.streamUntil(t, "/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		`"content":"x"`)
+	leave(t, conn, ta.rt.LastStream())
+}
+
+// streamUntil POSTs body to path on a raw connection and reads the stream
+// until a line holds marker; the caller closes the connection.
+func (ta *testAPI) streamUntil(t *testing.T, path, body, marker string) net.Conn {
+	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	fmt.Fprintf(conn, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", ta.secret, len(body), body)
+	fmt.Fprintf(conn, "POST /api/v1%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		path, ta.secret, len(body), body)
 	br := bufio.NewReader(conn)
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(line, `"content":"x"`) {
-			break
+		if strings.Contains(line, marker) {
+			return conn
 		}
 	}
-	leave(t, conn, ta.rt.LastStream())
 }
 
 // A client that leaves before the first token (long prefill) also cancels.

@@ -1,17 +1,13 @@
 package deployapi
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -25,168 +21,34 @@ import (
 // than a broken stream.
 func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	if a.draining.Load() {
-		a.m.Rejected(metrics.RejectDraining)
-		a.writeError(ctx, openai.Unavailable("The server is shutting down; please retry."))
-		return
-	}
-	key, ok := a.authenticate(ctx)
-	if !ok {
-		return
-	}
-	s, req, ok := a.admitChat(ctx, key)
-	if !ok {
-		return
-	}
-	a.inflight.Add(1)
-	gctx, cancel := context.WithCancel(s.ctx)
-	stopWatch := watchPeerClose(ctx.Conn(), cancel)
-	finish := func() {
-		stopWatch()
-		cancel()
-		a.gate.leave()
-		a.inflight.Done()
-	}
-
-	// The n choices' slots are granted together (limiter.acquireN), so
-	// two requests never each hold part of theirs while waiting.
-	n := req.N
-	if err := a.lim.acquireN(gctx, key.ID, n); err != nil {
-		finish()
-		switch {
-		case errors.Is(err, errQueueFull):
-			a.m.Rejected(metrics.RejectQueueFull)
-			a.writeError(ctx, openai.RateLimited(""))
-		case s.ctx.Err() != nil:
-			// Ended by a model switch's drain (or the hard stop) while
-			// queued; if the client is gone too, the answer goes nowhere.
-			a.writeError(ctx, openai.Unavailable("The deployment switched its model; please retry."))
+	var req *openai.ChatRequest
+	sl, ok := a.admit(ctx, func(s *served) (int, *openai.Error) {
+		r, e := openai.DecodeChatRequest(ctx.PostBody(), s.model)
+		if e == nil {
+			e = a.checkLimits(s.ctx, s, &r.Runtime, &chatLimitParams)
 		}
-		// Otherwise the client left while queued: nobody to answer.
-		return
-	}
-	release := func() {
-		for range n {
-			a.lim.release(key.ID)
+		if e != nil {
+			return 0, e
 		}
-		finish()
-	}
-
-	stream, err := startChoices(gctx, n, func(ctx context.Context, i int) (llm.Stream, error) {
-		r := &req.Runtime
-		if seed := r.Options.Seed; seed != nil && i > 0 {
-			// Choice i samples with seed+i: the same seed would make every
-			// choice the same answer.
-			c := *r
-			si := *seed + int64(i)
-			c.Options.Seed = &si
-			r = &c
-		}
-		return a.startGeneration(ctx, s, r)
-	}, func(_ int, err error) {
-		var ab llm.Abandoned
-		if errors.As(err, &ab) {
-			// The runtime still works on the request: its slot stays taken
-			// until it is done, so the runtime never runs more than
-			// --max-concurrent generations.
-			go func() { <-ab.RuntimeDone(); a.lim.release(key.ID) }()
-			return
-		}
-		a.lim.release(key.ID)
+		req = r
+		return r.N, nil
 	})
-	if err != nil {
-		clientGone := gctx.Err() != nil
-		finish() // every slot is settled by the callback above
-		if clientGone && !errors.Is(err, llm.ErrTimeout) {
-			a.m.ChatCompletion(metrics.FinishCancelled, req.Stream)
-			return // client gone or shutting down: nobody to answer
-		}
-		a.m.ChatCompletion(metrics.FinishError, req.Stream)
-		a.writeRuntimeError(ctx, err)
+	if !ok {
 		return
 	}
-
-	a.m.StreamStarted()
-	c := &completion{
-		api:     a,
-		served:  s,
-		id:      openai.NewCompletionID(),
-		created: start.Unix(),
-		start:   start,
-		stream:  stream,
-		gctx:    gctx,
-		keyID:   key.ID,
-		isSSE:   req.Stream,
-
-		logprobs: req.Runtime.Options.Logprobs,
+	c, ok := a.startCompletion(ctx, sl, start, &req.Runtime, req.Stream)
+	if !ok {
+		return
 	}
-	c.choices = c.one[:]
-	if n > 1 {
-		c.choices = make([]choiceState, n)
-	}
-	done := func() {
-		c.observe()
-		a.m.StreamEnded()
-		release()
-	}
+	c.id = openai.NewCompletionID()
+	c.logprobs = req.Runtime.Options.Logprobs
 	if !req.Stream {
-		defer done()
+		defer c.done()
 		c.respond(ctx)
 		return
 	}
-	ctx.SetContentType("text/event-stream; charset=utf-8")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	conn := ctx.Conn()
-	enc := openai.NewChunkEncoder(c.id, c.created, s.model, s.fingerprint, req.IncludeUsage)
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer done()
-		c.streamTo(w, conn, enc, req.IncludeUsage)
-	})
-}
-
-// admitChat enters the served model's gate (waiting for a model switch in
-// progress, bounded), decodes the request against that model and applies
-// the key's per-minute limits. On false it has answered and left the gate;
-// on true the caller leaves it when the generation ends.
-func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *openai.ChatRequest, bool) {
-	s, err := a.gate.enter(a.base, a.cfg.SwitchWait, a.cfg.MaxQueue)
-	if err != nil {
-		a.m.Rejected(metrics.RejectSwitching)
-		a.writeError(ctx, openai.Unavailable("The deployment is switching its model; please retry shortly."))
-		ctx.Response.Header.Set("Retry-After", "5")
-		return nil, nil, false
-	}
-	req, oerr := openai.DecodeChatRequest(ctx.PostBody(), s.model)
-	if oerr == nil {
-		oerr = a.checkLimits(s.ctx, s, &req.Runtime)
-	}
-	if oerr == nil && req.N > a.lim.maxSlots() {
-		// Its slots could never be granted together (limiter.acquireN).
-		oerr = &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "integer_above_max_value", Param: "n",
-			Message: fmt.Sprintf("n is too large: %d. This deployment runs at most %d generations at once for a key, one per choice.", req.N, a.lim.maxSlots())}
-	}
-	if oerr != nil {
-		a.gate.leave()
-		a.writeError(ctx, oerr)
-		return nil, nil, false
-	}
-	q := a.keys.Admit(key.ID)
-	if q.Limited() {
-		setRateLimitHeaders(&ctx.Response.Header, q)
-	}
-	switch {
-	case !q.Allowed:
-		a.m.Rejected(metrics.RejectKeyLimit)
-		a.rateLimited(ctx, q)
-	case !a.warm.Load():
-		a.m.Rejected(metrics.RejectNotReady)
-		a.writeError(ctx, openai.Unavailable("The model is still loading; please retry shortly."))
-	default:
-		return s, req, true
-	}
-	a.gate.leave()
-	return nil, nil, false
+	enc := openai.NewChunkEncoder(c.id, c.created, c.served.model, c.served.fingerprint, req.IncludeUsage)
+	c.streamSSE(ctx, newChatSink(enc, len(c.choices), req.IncludeUsage, c.logprobs))
 }
 
 func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
@@ -198,12 +60,76 @@ func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
 		// An upstream failure, not ours: 502 says so and keeps 500 for bugs.
 		e = &openai.Error{Status: fasthttp.StatusBadGateway, Message: "The model runtime failed to answer.", Type: openai.TypeServer}
 	}
-	a.log.Warn("chat request failed at the runtime", "status", e.Status, "err", err)
+	a.log.Warn("request failed at the runtime", "status", e.Status, "err", err)
 	a.writeError(ctx, e)
 }
 
-// completion is one chat completion being relayed: its choices'
-// generations, merged.
+// startCompletion starts the admitted request's generations (one per slot
+// it holds: its choices) through startGeneration, so forced tool calls and
+// the other request-level behaviour are the same on every route. On false
+// it has answered (or the client is gone) and released the slot; on true
+// the caller relays the completion and calls c.done at its end.
+func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Time, req *llm.Request, streamed bool) (*completion, bool) {
+	n := sl.n
+	stream, err := startChoices(sl.gctx, n, func(ctx context.Context, i int) (llm.Stream, error) {
+		r := req
+		if seed := r.Options.Seed; seed != nil && i > 0 {
+			// Choice i samples with seed+i: the same seed would make every
+			// choice the same answer.
+			c := *r
+			si := *seed + int64(i)
+			c.Options.Seed = &si
+			r = &c
+		}
+		return a.startGeneration(ctx, sl.s, r)
+	}, func(_ int, err error) {
+		var ab llm.Abandoned
+		if errors.As(err, &ab) {
+			// The runtime still works on the request: its slot stays taken
+			// until it is done, so the runtime never runs more than
+			// --max-concurrent generations.
+			go func() { <-ab.RuntimeDone(); a.lim.release(sl.key.ID) }()
+			return
+		}
+		a.lim.release(sl.key.ID)
+	})
+	if err != nil {
+		clientGone := sl.gctx.Err() != nil
+		sl.finish() // every slot is settled by the callback above
+		if clientGone && !errors.Is(err, llm.ErrTimeout) {
+			a.m.ChatCompletion(metrics.FinishCancelled, streamed)
+			return nil, false // client gone or shutting down: nobody to answer
+		}
+		a.m.ChatCompletion(metrics.FinishError, streamed)
+		a.writeRuntimeError(ctx, err)
+		return nil, false
+	}
+
+	a.m.StreamStarted()
+	c := &completion{
+		api:     a,
+		served:  sl.s,
+		created: start.Unix(),
+		start:   start,
+		stream:  stream,
+		gctx:    sl.gctx,
+		keyID:   sl.key.ID,
+		isSSE:   streamed,
+	}
+	c.choices = c.one[:]
+	if n > 1 {
+		c.choices = make([]choiceState, n)
+	}
+	c.done = func() {
+		c.observe()
+		a.m.StreamEnded()
+		sl.release(a)
+	}
+	return c, true
+}
+
+// completion is one completion being relayed: its choices' generations,
+// merged.
 type completion struct {
 	api     *API
 	served  *served // the model it runs on
@@ -216,6 +142,9 @@ type completion struct {
 	isSSE   bool
 	// logprobs: the request asked for them.
 	logprobs bool
+	// done reports the generation and frees its slots; called once, when
+	// the relay ends.
+	done func()
 
 	// Observed as the completion runs; reported once by observe.
 	firstAt, lastAt time.Time
@@ -240,6 +169,18 @@ func (c *completion) token(now time.Time) {
 		c.api.m.ObserveInterToken(now.Sub(c.lastAt))
 	}
 	c.lastAt = now
+}
+
+// seen notes an event of choice i as it is relayed.
+func (c *completion) seen(i int, ev *llm.Event, now time.Time) {
+	st := &c.choices[i]
+	if ev.Reasoning != "" {
+		st.reasoning++
+	}
+	if ev.Content != "" || ev.Reasoning != "" {
+		c.token(now)
+	}
+	st.toolCalls += len(ev.ToolCalls)
 }
 
 // end records how choice i's generation ended. The key's usage counts
@@ -291,45 +232,21 @@ func (c *completion) observe() {
 	m.ObserveChatDuration(time.Since(c.start))
 }
 
-// reply is one choice's answer as respond collects it.
-type reply struct {
-	text, reasoning strings.Builder
-	calls           []llm.ToolCall
-	lp              *[]llm.TokenLogprob
-}
-
-// respond collects the whole generation and answers it as one JSON object.
-func (c *completion) respond(ctx *fasthttp.RequestCtx) {
+// collect runs every generation to its end for an answer that is not
+// streamed, handing each event to each with its choice, and records each
+// choice's end. It returns the runtime's error, if any.
+func (c *completion) collect(each func(i int, ev *llm.Event)) error {
 	defer c.stream.Close()
-	replies := make([]reply, len(c.choices))
-	if c.logprobs {
-		for i := range replies {
-			replies[i].lp = &[]llm.TokenLogprob{}
-		}
-	}
 	for {
 		i, ev, err := c.stream.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
 		if err != nil {
-			c.api.writeRuntimeError(ctx, err)
-			return
+			if isEOF(err) {
+				break
+			}
+			return err
 		}
-		r, st := &replies[i], &c.choices[i]
-		if ev.Content != "" || ev.Reasoning != "" {
-			c.token(time.Now())
-		}
-		if ev.Reasoning != "" {
-			r.reasoning.WriteString(ev.Reasoning)
-			st.reasoning++
-		}
-		r.text.WriteString(ev.Content)
-		r.calls = append(r.calls, ev.ToolCalls...)
-		st.toolCalls += len(ev.ToolCalls)
-		if r.lp != nil {
-			*r.lp = append(*r.lp, ev.Logprobs...)
-		}
+		c.seen(i, &ev, time.Now())
+		each(i, &ev)
 		if ev.Done {
 			c.end(i, ev)
 			if len(c.choices) == 1 {
@@ -341,6 +258,37 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 		if c.choices[i].finish == "" {
 			c.end(i, llm.Event{}) // ended without a final event
 		}
+	}
+	return nil
+}
+
+// reply is one choice's answer as respond collects it.
+type reply struct {
+	text, reasoning strings.Builder
+	calls           []llm.ToolCall
+	lp              *[]llm.TokenLogprob
+}
+
+// respond collects the whole generation and answers it as one JSON object.
+func (c *completion) respond(ctx *fasthttp.RequestCtx) {
+	replies := make([]reply, len(c.choices))
+	if c.logprobs {
+		for i := range replies {
+			replies[i].lp = &[]llm.TokenLogprob{}
+		}
+	}
+	err := c.collect(func(i int, ev *llm.Event) {
+		r := &replies[i]
+		r.reasoning.WriteString(ev.Reasoning)
+		r.text.WriteString(ev.Content)
+		r.calls = append(r.calls, ev.ToolCalls...)
+		if r.lp != nil {
+			*r.lp = append(*r.lp, ev.Logprobs...)
+		}
+	})
+	if err != nil {
+		c.api.writeRuntimeError(ctx, err)
+		return
 	}
 	bp := c.api.bufs.Get().(*[]byte)
 	defer c.api.bufs.Put(bp)
@@ -371,114 +319,67 @@ func finishReason(r string, sawToolCalls bool) string {
 	return r
 }
 
-// flusher is what streamTo needs of the response writer.
-type flusher interface {
-	io.Writer
-	Flush() error
-}
-
-// streamTo relays the generation as server-sent events. Each event is
-// flushed as soon as nothing more is ready: fasthttp's stream writer is
-// buffered, so without the flush a client would see chunks in batches, and
-// with a flush per event a burst of ready tokens would cost a write each.
-//
-// With n choices, each gets its role chunk first and its own finish chunk
+// chatSink encodes a streamed chat completion as chat.completion.chunk
+// events: each choice gets its role chunk first and its own finish chunk
 // when its generation ends; usage (when asked for) and [DONE] follow the
 // last.
-func (c *completion) streamTo(w flusher, conn interface{ SetWriteDeadline(time.Time) error }, enc *openai.ChunkEncoder, includeUsage bool) {
-	defer c.stream.Close()
-	stall := c.api.cfg.WriteStallTimeout
-	var deadline time.Time
-	// A client that stops reading must not pin a generation slot forever:
-	// bound each write. Moving the deadline costs a timer update, so it is
-	// moved only when a quarter of the window has passed.
-	armDeadline := func(now time.Time) {
-		if deadline.Sub(now) < stall*3/4 {
-			deadline = now.Add(stall)
-			_ = conn.SetWriteDeadline(deadline)
-		}
-	}
-	defer conn.SetWriteDeadline(time.Time{})
+type chatSink struct {
+	enc          *openai.ChunkEncoder
+	encs         []*openai.ChunkEncoder // per choice; encs[0] is enc when n is 1
+	one          [1]*openai.ChunkEncoder
+	includeUsage bool
+	logprobs     bool
+}
 
-	encs := []*openai.ChunkEncoder{enc}
-	if n := len(c.choices); n > 1 {
-		encs = make([]*openai.ChunkEncoder, n)
-		for i := range encs {
-			encs[i] = enc.ForChoice(i)
+func newChatSink(enc *openai.ChunkEncoder, n int, includeUsage, logprobs bool) *chatSink {
+	k := &chatSink{enc: enc, includeUsage: includeUsage, logprobs: logprobs}
+	k.one[0] = enc
+	k.encs = k.one[:]
+	if n > 1 {
+		k.encs = make([]*openai.ChunkEncoder, n)
+		for i := range k.encs {
+			k.encs[i] = enc.ForChoice(i)
 		}
 	}
-	bp := c.api.bufs.Get().(*[]byte)
-	buf := (*bp)[:0]
-	for _, e := range encs {
-		buf = e.AppendRole(buf)
+	return k
+}
+
+func (k *chatSink) begin(dst []byte) []byte {
+	for _, e := range k.encs {
+		dst = e.AppendRole(dst)
 	}
-	defer func() { *bp = buf[:0]; c.api.bufs.Put(bp) }()
-	now := time.Now()
-	send := func() bool {
-		armDeadline(now)
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		buf = buf[:0]
-		return w.Flush() == nil
+	return dst
+}
+
+func (k *chatSink) event(dst []byte, c *completion, i int, ev *llm.Event) []byte {
+	e := k.encs[i]
+	if ev.Reasoning != "" {
+		dst = e.AppendReasoning(dst, ev.Reasoning)
 	}
-	if !send() {
-		return
+	switch {
+	case k.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
+		dst = e.AppendContentLogprobs(dst, ev.Content, ev.Logprobs)
+	case ev.Content != "":
+		dst = e.AppendContent(dst, ev.Content)
 	}
-	live := len(c.choices)
-	for {
-		i, ev, err := c.stream.Recv()
-		now = time.Now() // one clock read per event, for metrics and the write deadline
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			// The response has started: report the failure in the stream's
-			// own format, then end it cleanly.
-			if c.gctx.Err() == nil {
-				c.api.log.Warn("generation failed mid-stream", "err", err)
-			}
-			buf = enc.AppendError(buf, openai.RuntimeError(err))
-			buf = enc.AppendDone(buf)
-			send()
-			return
-		}
-		e, st := encs[i], &c.choices[i]
-		if ev.Reasoning != "" {
-			buf = e.AppendReasoning(buf, ev.Reasoning)
-			st.reasoning++
-			c.token(now)
-		}
-		switch {
-		case c.logprobs && (ev.Content != "" || len(ev.Logprobs) > 0):
-			buf = e.AppendContentLogprobs(buf, ev.Content, ev.Logprobs)
-		case ev.Content != "":
-			buf = e.AppendContent(buf, ev.Content)
-		}
-		if ev.Content != "" {
-			c.token(now)
-		}
-		if len(ev.ToolCalls) > 0 {
-			buf = e.AppendToolCalls(buf, ev.ToolCalls, st.toolCalls)
-			st.toolCalls += len(ev.ToolCalls)
-		}
-		if ev.Done {
-			c.end(i, ev)
-			buf = e.AppendFinish(buf, st.finish)
-			if live--; live == 0 {
-				if includeUsage {
-					buf = enc.AppendUsage(buf, c.usage())
-				}
-				buf = enc.AppendDone(buf)
-				send()
-				return
-			}
-		}
-		if c.stream.Buffered() && len(buf) < 32<<10 {
-			continue // more is ready now: one write for the burst
-		}
-		if len(buf) > 0 && !send() {
-			return // client gone: the deferred Close stops the generation
-		}
+	if len(ev.ToolCalls) > 0 {
+		// The calls are already counted in the choice's state.
+		dst = e.AppendToolCalls(dst, ev.ToolCalls, c.choices[i].toolCalls-len(ev.ToolCalls))
 	}
+	return dst
+}
+
+func (k *chatSink) choiceEnd(dst []byte, c *completion, i int) []byte {
+	return k.encs[i].AppendFinish(dst, c.choices[i].finish)
+}
+
+func (k *chatSink) finish(dst []byte, c *completion) []byte {
+	if k.includeUsage {
+		dst = k.enc.AppendUsage(dst, c.usage())
+	}
+	return k.enc.AppendDone(dst)
+}
+
+func (k *chatSink) fail(dst []byte, e *openai.Error) []byte {
+	return k.enc.AppendDone(k.enc.AppendError(dst, e))
 }

@@ -86,7 +86,7 @@ func (a *API) bodyLimit() int {
 // asking a model that cannot reason to think, or a deployment with
 // reasoning off, is a 400 naming reasoning_effort; "none" to a model that
 // cannot reason is dropped, so its runtime sees no flag it may refuse.
-func (a *API) checkThink(l llm.Limits, o *llm.Options) *openai.Error {
+func (a *API) checkThink(l llm.Limits, o *llm.Options, params *limitParams) *openai.Error {
 	thinks := l.Capabilities != nil && l.Can("thinking")
 	switch {
 	case o.Think == llm.ThinkNone:
@@ -94,11 +94,11 @@ func (a *API) checkThink(l llm.Limits, o *llm.Options) *openai.Error {
 			o.Think = ""
 		}
 	case o.Think != "" && a.cfg.NoReasoning:
-		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "reasoning_effort",
-			Message: "Reasoning is turned off on this deployment; omit reasoning_effort or send \"none\"."}
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: params.reasoning,
+			Message: "Reasoning is turned off on this deployment; omit " + params.reasoning + " or send \"none\"."}
 	case o.Think != "" && !l.Can("thinking"):
-		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "reasoning_effort",
-			Message: "This deployment's model does not reason (its runtime lists no \"thinking\" capability); omit reasoning_effort."}
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: params.reasoning,
+			Message: "This deployment's model does not reason (its runtime lists no \"thinking\" capability); omit " + params.reasoning + "."}
 	case thinks && a.cfg.NoReasoning:
 		o.Think = llm.ThinkNone
 	case thinks && o.Think == "":
@@ -126,6 +126,17 @@ func promptBytes(r *llm.Request) int {
 	return n
 }
 
+// limitParams name the request parameters checkLimits refuses, which
+// differ between the routes.
+type limitParams struct {
+	maxTokens, messages, reasoning string
+}
+
+var (
+	chatLimitParams      = limitParams{maxTokens: "max_tokens", messages: "messages", reasoning: "reasoning_effort"}
+	responsesLimitParams = limitParams{maxTokens: "max_output_tokens", messages: "input", reasoning: "reasoning.effort"}
+)
+
 // checkLimits refuses a request the model cannot take, before the runtime
 // sees it: logprobs from a runtime that cannot give them (400 naming
 // logprobs), a prompt that is certainly longer than the context (400
@@ -133,14 +144,14 @@ func promptBytes(r *llm.Request) int {
 // deployment's output cap (400 naming max_tokens). A request that names no
 // max_tokens gets the model's own num_predict capped at the output cap, so
 // no generation runs past it.
-func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *openai.Error {
+func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request, params *limitParams) *openai.Error {
 	l := s.limits(ctx)
 	if r.Options.Logprobs && !l.Logprobs {
 		// Found by asking the runtime (llm.Limits), not from its version.
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
 			Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
 	}
-	if e := a.checkThink(l, &r.Options); e != nil {
+	if e := a.checkThink(l, &r.Options, params); e != nil {
 		return e
 	}
 	// A forced call is generated as constrained JSON, not through the
@@ -151,9 +162,9 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *opena
 	}
 	if l.ContextLength > 0 {
 		if est := promptBytes(r) / bytesPerToken; est > l.ContextLength {
-			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "context_length_exceeded", Param: "messages",
-				Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in at least %d tokens (estimated). Please reduce the length of the messages.",
-					l.ContextLength, est)}
+			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "context_length_exceeded", Param: params.messages,
+				Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, your %s resulted in at least %d tokens (estimated). Please reduce the length of the %s.",
+					l.ContextLength, params.messages, est, params.messages)}
 		}
 	}
 	limit := a.cfg.MaxOutputTokens
@@ -166,8 +177,8 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request) *opena
 	o := &r.Options
 	switch {
 	case o.MaxTokens != nil && *o.MaxTokens > limit:
-		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "invalid_value", Param: "max_tokens",
-			Message: "max_tokens is too large: " + strconv.Itoa(*o.MaxTokens) + ". This deployment supports at most " + strconv.Itoa(limit) + " completion tokens."}
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "invalid_value", Param: params.maxTokens,
+			Message: params.maxTokens + " is too large: " + strconv.Itoa(*o.MaxTokens) + ". This deployment supports at most " + strconv.Itoa(limit) + " completion tokens."}
 	case o.MaxTokens == nil && (l.NumPredict <= 0 || l.NumPredict > limit):
 		o.MaxTokens = &limit
 	}

@@ -1,6 +1,6 @@
-// Package openai is the OpenAI chat-completion wire format of the deployment
-// API: it decodes and validates requests into llm.Request, and encodes
-// responses, server-sent event chunks and errors. It is pure functions; the
+// Package openai is the OpenAI wire format of the deployment API, chat
+// completions and the Responses API: it decodes and validates requests into
+// llm.Request, and encodes responses, server-sent events and errors. It is pure functions; the
 // deployment API (deployapi) owns the HTTP server.
 //
 // Encoders append to a caller's []byte and never use reflection, so the
@@ -83,6 +83,64 @@
 //	audio, prediction,         any value → 400
 //	web_search_options
 //	functions, function_call   (deprecated) any value → 400, use tools / tool_choice
+//
+// # Responses API
+//
+// DecodeResponsesRequest decodes POST /responses the same strict way, into
+// the same llm.Request; ResponseEncoder encodes the answer: a response
+// object, or (stream true) the typed events response.created,
+// response.in_progress, per output item response.output_item.added …
+// .done around response.content_part.added/.done and the
+// response.output_text.delta (response.reasoning_text.delta,
+// response.function_call_arguments.delta/.done) events, then
+// response.completed, response.incomplete or response.failed, each
+// "event: <type>" plus "data: <json>" with sequence_number counting from 0
+// and no [DONE]. Nothing is stored: a request carries the whole
+// conversation. The response repeats the request's settings (instructions,
+// max_output_tokens, temperature, top_p, tools, tool_choice,
+// parallel_tool_calls, text, reasoning, metadata, store false, …).
+//
+//	Responses field            runtime field / outcome
+//	---------------            -----------------------
+//	(unknown field X)          400 naming X, also inside input items, parts, tools, text, reasoning
+//	model                      required string; ≠ the deployment's model → 404 model_not_found
+//	input                      Messages; a string (one user message) or a non-empty array of items:
+//	                           message (type optional; role user, system, assistant, developer →
+//	                           system; content a string or input_text/output_text parts, refusal
+//	                           for assistant; input_image, input_file, input_audio → 400),
+//	                           function_call (call_id, name, arguments → ToolCalls of an
+//	                           assistant message), function_call_output (call_id, output →
+//	                           a tool message), reasoning (accepted, dropped); item_reference
+//	                           and built-in tools' items → 400
+//	instructions               a system message before the input
+//	temperature                Options.Temperature, 0..2
+//	top_p                      Options.TopP, 0..1
+//	max_output_tokens          Options.MaxTokens, integer ≥ 1; a response cut by it is
+//	                           status incomplete, incomplete_details.reason max_output_tokens
+//	text                       .format {"type":"text"} → nothing; json_object → Format "json";
+//	                           json_schema (name, schema required; description, strict) →
+//	                           Format = schema; .verbosity "medium" only
+//	reasoning                  .effort as chat's reasoning_effort → Options.Think; thinking
+//	                           comes back as a reasoning item; .summary → 400
+//	tools                      Tools; ≤ 128 {"type":"function",name,description,parameters,strict};
+//	                           web_search, file_search, code_interpreter, mcp, … → 400 naming the type
+//	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" → ForceTool
+//	                           ToolAny; {"type":"function","name"} → ForceTool name (a tool of tools)
+//	parallel_tool_calls        false → OneToolCall
+//	max_tool_calls             any value → 400
+//	stream                     the typed server-sent events above
+//	stream_options             only with stream true; include_obfuscation true → 400
+//	metadata                   ≤ 16 string pairs (keys ≤ 64, values ≤ 512 bytes), echoed back
+//	user, safety_identifier,   strings, accepted, echoed back, ignored
+//	prompt_cache_key
+//	service_tier               "auto", "default" → nothing; other tiers → 400
+//	truncation                 "disabled" → nothing; "auto" → 400
+//	top_logprobs               0 → nothing; more → 400
+//	include                    [] → nothing; any item → 400
+//	store                      false → nothing; true → 400 (responses are not kept)
+//	background                 false → nothing; true → 400
+//	previous_response_id,      any value → 400: nothing is stored; send the whole
+//	conversation, prompt       conversation as input
 //
 // # Errors
 //

@@ -156,3 +156,12 @@ func setPtr[T, V any](parse parser[V], at func(*T) **V) decodeFunc[T] {
 		return nil
 	}
 }
+
+// nested decodes raw, an object found at param, into *d with fs.
+func nested[T any](d *T, raw json.RawMessage, param string, fs *fields[T]) *Error {
+	obj, e := asObject(raw, param)
+	if e != nil {
+		return e
+	}
+	return fs.decode(d, obj)
+}

@@ -12,13 +12,13 @@ import (
 // docTable returns the field names in the request mapping table of the
 // package comment: the top-level fields (first column, comma-separated,
 // possibly over several lines) and the message fields (".role").
-func docTable(t *testing.T) (top, message []string) {
+func docTable(t *testing.T, header string) (top, message []string) {
 	t.Helper()
 	src, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(src), "//\tOpenAI field")
+	_, table, ok := strings.Cut(string(src), "//\t"+header)
 	if !ok {
 		t.Fatal("doc.go has no request mapping table")
 	}
@@ -53,7 +53,7 @@ func docTable(t *testing.T) (top, message []string) {
 
 // The package comment documents exactly the fields the decoder knows.
 func TestDocTableMatchesFields(t *testing.T) {
-	docTop, docMessage := docTable(t)
+	docTop, docMessage := docTable(t, "OpenAI field")
 	same := func(what string, doc, code []string) {
 		t.Helper()
 		slices.Sort(doc)
@@ -72,6 +72,16 @@ func TestDocTableMatchesFields(t *testing.T) {
 	same("message fields", docMessage, message)
 	if len(docTop) < 30 || len(docMessage) < 8 {
 		t.Errorf("parsed too few fields from the doc table: %v %v", docTop, docMessage)
+	}
+}
+
+// The Responses section documents exactly the fields its decoder knows.
+func TestResponsesDocTableMatchesFields(t *testing.T) {
+	doc, _ := docTable(t, "Responses field")
+	doc = slices.Sorted(slices.Values(doc))
+	code := slices.Sorted(slices.Values(responsesFields.names()))
+	if !slices.Equal(doc, code) {
+		t.Errorf("the doc table lists\n%v\nthe decoder knows\n%v", doc, code)
 	}
 }
 

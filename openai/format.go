@@ -47,14 +47,8 @@ func decodeResponseFormat(raw json.RawMessage, req *llm.Request) *Error {
 
 var jsonSchemaFields = newFields("response_format.json_schema",
 	optional("name", func(_ *llm.Request, raw json.RawMessage, param string) *Error {
-		name, e := asString(raw, param)
-		if e != nil {
-			return e
-		}
-		if !validName(name) {
-			return invalid(param, "invalid_value", "Invalid '"+param+"': must match ^[a-zA-Z0-9_-]{1,64}$.")
-		}
-		return nil
+		_, e := schemaName(raw, param)
+		return e
 	}),
 	optional("description", ignoredString[llm.Request]),
 	// The schema is always enforced by constrained decoding, so either
@@ -62,3 +56,15 @@ var jsonSchemaFields = newFields("response_format.json_schema",
 	optional("strict", acceptedBool[llm.Request]),
 	required("schema", set(rawObject, func(req *llm.Request) *json.RawMessage { return &req.Format })),
 )
+
+// schemaName decodes the name of a JSON schema output format.
+func schemaName(raw json.RawMessage, param string) (string, *Error) {
+	name, e := asString(raw, param)
+	if e != nil {
+		return "", e
+	}
+	if !validName(name) {
+		return "", invalid(param, "invalid_value", "Invalid '"+param+"': must match ^[a-zA-Z0-9_-]{1,64}$.")
+	}
+	return name, nil
+}

@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 	"unicode/utf8"
 )
@@ -83,3 +85,13 @@ func appendStringOrNull(dst []byte, s string) []byte {
 }
 
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
+// appendCompact appends raw, valid JSON from a request, without its
+// insignificant whitespace: a line break would end a server-sent event.
+func appendCompact(dst []byte, raw json.RawMessage) []byte {
+	b := bytes.NewBuffer(dst)
+	if json.Compact(b, raw) != nil {
+		return append(dst, "null"...)
+	}
+	return b.Bytes()
+}

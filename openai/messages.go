@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,6 +131,32 @@ func messageContent(d *messageDecoder, raw json.RawMessage, param string) (e *Er
 // whose text is concatenated. Refusal parts count as text when
 // refusalParts is set (for the assistant's own messages).
 func decodeContent(raw json.RawMessage, param string, refusalParts bool) (string, *Error) {
+	return decodeTextParts(raw, param, func(typ, p string) (string, []string, *Error) {
+		switch typ {
+		case "text":
+		case "refusal":
+			if !refusalParts {
+				return "", nil, invalidValue(p, typ, "text")
+			}
+		case "image_url", "input_audio", "file":
+			return "", nil, invalid(p, "unsupported_content_type", fmt.Sprintf(
+				"Content parts of type '%s' are not supported: this deployment's model accepts text only.", clip(typ)))
+		default:
+			return "", nil, invalidValue(p, typ, "text")
+		}
+		// A part holds its text in the member named by its type.
+		return typ, nil, nil
+	})
+}
+
+// A partKind tells for a content part's type, found at param, the member
+// holding its text and the other members it may have besides type, or the
+// error for a type that is not taken.
+type partKind func(typ, param string) (textKey string, extra []string, e *Error)
+
+// decodeTextParts decodes content: a string, or an array of parts whose
+// text is concatenated without separator.
+func decodeTextParts(raw json.RawMessage, param string, kind partKind) (string, *Error) {
 	switch kindOf(raw) {
 	case "string":
 		return mustString(raw), nil
@@ -144,27 +171,22 @@ func decodeContent(raw json.RawMessage, param string, refusalParts bool) (string
 		if e != nil {
 			return "", e
 		}
-		// A part holds its text in the member named by its type.
 		typ, e := requiredString(part, "type", p+".type")
 		if e != nil {
 			return "", e
 		}
-		switch typ {
-		case "text":
-		case "refusal":
-			if !refusalParts {
-				return "", invalidValue(p+".type", typ, "text")
+		key, extra, e := kind(typ, p+".type")
+		if e != nil {
+			return "", e
+		}
+		for k := range part {
+			if k != "type" && k != key && !slices.Contains(extra, k) {
+				// Report the alphabetically first, as everywhere.
+				k, _ := firstUnknownOf(part, append([]string{"type", key}, extra...)...)
+				return "", unknownField(p + "." + k)
 			}
-		case "image_url", "input_audio", "file":
-			return "", invalid(p+".type", "unsupported_content_type", fmt.Sprintf(
-				"Content parts of type '%s' are not supported: this deployment's model accepts text only.", clip(typ)))
-		default:
-			return "", invalidValue(p+".type", typ, "text")
 		}
-		if k, ok := firstUnknownOf(part, "type", typ); ok {
-			return "", unknownField(p + "." + k)
-		}
-		s, e := requiredString(part, typ, p+"."+typ)
+		s, e := requiredString(part, key, p+"."+key)
 		if e != nil {
 			return "", e
 		}
@@ -213,20 +235,23 @@ var toolCallFields = newFields("",
 
 var toolCallFunctionFields = newFields("",
 	required("name", set(asString, func(tc *llm.ToolCall) *string { return &tc.Name })),
-	required("arguments", func(tc *llm.ToolCall, raw json.RawMessage, param string) *Error {
-		args, e := asString(raw, param)
-		if e != nil {
-			return e
-		}
-		args = strings.TrimSpace(args)
-		if args == "" {
-			// Some clients send "" for a call without arguments.
-			args = "{}"
-		}
-		if !json.Valid([]byte(args)) || args[0] != '{' {
-			return invalid(param, "invalid_value", "Invalid '"+param+"': expected a JSON object encoded as a string.")
-		}
-		tc.Arguments = json.RawMessage(args)
-		return nil
-	}),
+	required("arguments", set(decodeArguments, func(tc *llm.ToolCall) *json.RawMessage { return &tc.Arguments })),
 )
+
+// decodeArguments decodes a tool call's arguments: a JSON object encoded
+// as a string ("" counts as {}).
+func decodeArguments(raw []byte, param string) (json.RawMessage, *Error) {
+	args, e := asString(raw, param)
+	if e != nil {
+		return nil, e
+	}
+	args = strings.TrimSpace(args)
+	if args == "" {
+		// Some clients send "" for a call without arguments.
+		args = "{}"
+	}
+	if !json.Valid([]byte(args)) || args[0] != '{' {
+		return nil, invalid(param, "invalid_value", "Invalid '"+param+"': expected a JSON object encoded as a string.")
+	}
+	return json.RawMessage(args), nil
+}

@@ -56,7 +56,10 @@ type chatDecoder struct {
 //
 // To support a parameter listed as refused here, replace its decoder.
 var chatFields = newFields("",
-	required("model", (*chatDecoder).model),
+	required("model", func(d *chatDecoder, raw json.RawMessage, param string) (e *Error) {
+		d.Model, e = decodeModel(raw, param, d.modelID)
+		return e
+	}),
 	required("messages", func(d *chatDecoder, raw json.RawMessage, param string) (e *Error) {
 		d.Runtime.Messages, e = decodeMessages(raw, param)
 		return e
@@ -72,7 +75,7 @@ var chatFields = newFields("",
 	optional("top_k", setPtr(intIn(-1, 1<<20), func(d *chatDecoder) **int64 { return &d.Runtime.Options.TopK })),
 	optional("min_p", setPtr(floatIn(0, 1), func(d *chatDecoder) **float64 { return &d.Runtime.Options.MinP })),
 	optional("repetition_penalty", setPtr(floatIn(0, 10), func(d *chatDecoder) **float64 { return &d.Runtime.Options.RepetitionPenalty })),
-	optional("max_tokens", (*chatDecoder).maxTokens),
+	optional("max_tokens", setPtr(maxTokens, func(d *chatDecoder) **int { return &d.Runtime.Options.MaxTokens })),
 	optional("max_completion_tokens", (*chatDecoder).maxCompletionTokens),
 	optional("stop", func(d *chatDecoder, raw json.RawMessage, param string) (e *Error) {
 		d.Runtime.Options.Stop, e = decodeStop(raw, param)
@@ -119,24 +122,23 @@ var chatFields = newFields("",
 	optional("web_search_options", unsupported[chatDecoder]),
 )
 
-func (d *chatDecoder) model(raw json.RawMessage, param string) (e *Error) {
-	if d.Model, e = asString(raw, param); e != nil {
-		return e
+// decodeModel decodes the model, which must be modelID, the only one the
+// deployment serves.
+func decodeModel(raw json.RawMessage, param, modelID string) (string, *Error) {
+	m, e := asString(raw, param)
+	if e != nil {
+		return "", e
 	}
-	if d.Model != d.modelID {
-		return ModelNotFound(d.Model)
+	if m != modelID {
+		return "", ModelNotFound(m)
 	}
-	return nil
+	return m, nil
 }
 
-func (d *chatDecoder) maxTokens(raw json.RawMessage, param string) *Error {
+// maxTokens parses an output token limit.
+func maxTokens(raw []byte, param string) (int, *Error) {
 	n, e := asInt(raw, param, 1, math.MaxInt32)
-	if e != nil {
-		return e
-	}
-	v := int(n)
-	d.Runtime.Options.MaxTokens = &v
-	return nil
+	return int(n), e
 }
 
 // maxCompletionTokens decodes the newer name of max_tokens. Both may be
@@ -144,16 +146,15 @@ func (d *chatDecoder) maxTokens(raw json.RawMessage, param string) *Error {
 // bug that changes the output length. max_tokens is decoded first, so a
 // MaxTokens already set came from it.
 func (d *chatDecoder) maxCompletionTokens(raw json.RawMessage, param string) *Error {
-	n, e := asInt(raw, param, 1, math.MaxInt32)
+	n, e := maxTokens(raw, param)
 	if e != nil {
 		return e
 	}
-	if prev := d.Runtime.Options.MaxTokens; prev != nil && int64(*prev) != n {
+	if prev := d.Runtime.Options.MaxTokens; prev != nil && *prev != n {
 		return invalid("max_tokens", "invalid_value", fmt.Sprintf(
 			"max_tokens (%d) and max_completion_tokens (%d) disagree; send only max_completion_tokens.", *prev, n))
 	}
-	v := int(n)
-	d.Runtime.Options.MaxTokens = &v
+	d.Runtime.Options.MaxTokens = &n
 	return nil
 }
 
@@ -171,27 +172,31 @@ func (d *chatDecoder) topLogprobs(raw json.RawMessage, param string) *Error {
 	return nil
 }
 
-// reasoningEffort decodes reasoning_effort into Options.Think: "none"
-// asks a reasoning model not to think; "minimal" is "low", the least a
-// runtime with levels offers.
-func (d *chatDecoder) reasoningEffort(raw json.RawMessage, param string) *Error {
-	s, e := asString(raw, param)
-	if e != nil {
-		return e
+func (d *chatDecoder) reasoningEffort(raw json.RawMessage, param string) (e *Error) {
+	_, d.Runtime.Options.Think, e = decodeEffort(raw, param)
+	return e
+}
+
+// decodeEffort decodes a reasoning effort into Options.Think: "none" asks
+// a reasoning model not to think; "minimal" is "low", the least a runtime
+// with levels offers. effort is the value sent.
+func decodeEffort(raw json.RawMessage, param string) (effort, think string, e *Error) {
+	if effort, e = asString(raw, param); e != nil {
+		return "", "", e
 	}
-	switch s {
+	switch effort {
 	case "none":
-		d.Runtime.Options.Think = llm.ThinkNone
+		think = llm.ThinkNone
 	case "minimal", "low":
-		d.Runtime.Options.Think = llm.ThinkLow
+		think = llm.ThinkLow
 	case "medium":
-		d.Runtime.Options.Think = llm.ThinkMedium
+		think = llm.ThinkMedium
 	case "high":
-		d.Runtime.Options.Think = llm.ThinkHigh
+		think = llm.ThinkHigh
 	default:
-		return invalidValue(param, s, "none", "minimal", "low", "medium", "high")
+		return "", "", invalidValue(param, effort, "none", "minimal", "low", "medium", "high")
 	}
-	return nil
+	return effort, think, nil
 }
 
 func (d *chatDecoder) streamOptions(raw json.RawMessage, param string) *Error {
@@ -199,11 +204,7 @@ func (d *chatDecoder) streamOptions(raw json.RawMessage, param string) *Error {
 		return invalid(param, "invalid_value",
 			"The 'stream_options' parameter is only allowed when 'stream' is enabled.")
 	}
-	so, e := asObject(raw, param)
-	if e != nil {
-		return e
-	}
-	return streamOptionsFields.decode(&d.ChatRequest, so)
+	return nested(&d.ChatRequest, raw, param, streamOptionsFields)
 }
 
 var streamOptionsFields = newFields("stream_options",

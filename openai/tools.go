@@ -28,6 +28,13 @@ func validName(s string) bool {
 // decodeTools decodes the tools a model may call: at most maxTools
 // functions with unique names. It returns nil for an empty array.
 func decodeTools(raw json.RawMessage, param string) ([]llm.Tool, *Error) {
+	return decodeToolList(raw, param, toolFields, func(t *llm.Tool) *llm.Tool { return t }, "function.name")
+}
+
+// decodeToolList decodes an array of at most maxTools tools with table fs,
+// refusing a name used twice (naming nameAt in the tool). It returns nil
+// for an empty array.
+func decodeToolList[T any](raw json.RawMessage, param string, fs *fields[T], tool func(*T) *llm.Tool, nameAt string) ([]T, *Error) {
 	items, e := asArray(raw, param)
 	if e != nil || len(items) == 0 {
 		return nil, e
@@ -35,21 +42,22 @@ func decodeTools(raw json.RawMessage, param string) ([]llm.Tool, *Error) {
 	if len(items) > maxTools {
 		return nil, arrayTooLong(param, maxTools, len(items))
 	}
-	tools := make([]llm.Tool, len(items))
+	tools := make([]T, len(items))
 	for i, it := range items {
 		p := param + "[" + strconv.Itoa(i) + "]"
 		t, e := asObject(it, p)
 		if e != nil {
 			return nil, e
 		}
-		if e := toolFields.decodeAt(&tools[i], t, p); e != nil {
+		if e := fs.decodeAt(&tools[i], t, p); e != nil {
 			return nil, e
 		}
 		// A linear scan: there are at most maxTools, and a set would
 		// cost an allocation on every request with tools.
+		name := tool(&tools[i]).Name
 		for j := range i {
-			if tools[j].Name == tools[i].Name {
-				return nil, invalid(p+".function.name", "invalid_value", "Duplicate tool name '"+tools[i].Name+"'.")
+			if tool(&tools[j]).Name == name {
+				return nil, invalid(p+"."+nameAt, "invalid_value", "Duplicate tool name '"+name+"'.")
 			}
 		}
 	}
@@ -66,32 +74,39 @@ var toolFields = newFields("",
 		if e := functionFields.decodeAt(t, fn, param); e != nil {
 			return e
 		}
-		if t.Parameters == nil {
-			// OpenAI: omitting parameters defines a function with an
-			// empty parameter list.
-			t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
-		}
+		defaultParameters(t)
 		return nil
 	}),
 )
 
 var functionFields = newFields("",
-	required("name", func(t *llm.Tool, raw json.RawMessage, param string) (e *Error) {
-		if t.Name, e = asString(raw, param); e != nil {
-			return e
-		}
-		if !validName(t.Name) {
-			return invalid(param, "invalid_value", "Invalid '"+param+
-				"': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.")
-		}
-		return nil
-	}),
+	required("name", toolName),
 	optional("description", set(asString, func(t *llm.Tool) *string { return &t.Description })),
 	// Accepted either way: the schema is given to the model, but its
 	// arguments are not constrained to it (see the package comment).
 	optional("strict", acceptedBool[llm.Tool]),
 	optional("parameters", set(rawObject, func(t *llm.Tool) *json.RawMessage { return &t.Parameters })),
 )
+
+// toolName decodes a function's name.
+func toolName(t *llm.Tool, raw json.RawMessage, param string) (e *Error) {
+	if t.Name, e = asString(raw, param); e != nil {
+		return e
+	}
+	if !validName(t.Name) {
+		return invalid(param, "invalid_value", "Invalid '"+param+
+			"': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{1,64}$'.")
+	}
+	return nil
+}
+
+// defaultParameters gives a function without parameters an empty
+// parameter list, as OpenAI does.
+func defaultParameters(t *llm.Tool) {
+	if t.Parameters == nil {
+		t.Parameters = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+}
 
 // onlyFunctionType accepts the type "function", the only kind of tool and
 // tool call there is here.

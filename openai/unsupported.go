@@ -38,6 +38,19 @@ func deprecated[T any](replacement string) decodeFunc[T] {
 	}
 }
 
+// onlyValue accepts the string want only, the one value of a setting
+// that this deployment honours (its default).
+func onlyValue[T any](want string) decodeFunc[T] {
+	return func(_ *T, raw json.RawMessage, param string) *Error {
+		v, e := asString(raw, param)
+		if e == nil && v != want {
+			return invalid(param, "unsupported_value",
+				param+" '"+clip(v)+"' is not supported by this deployment; send '"+want+"' or omit it.")
+		}
+		return e
+	}
+}
+
 func onlyOneChoice[T any](_ *T, raw json.RawMessage, param string) *Error {
 	n, e := asInt(raw, param, 1, math.MaxInt64)
 	if e != nil {

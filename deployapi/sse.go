@@ -1,0 +1,158 @@
+package deployapi
+
+import (
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/openai"
+)
+
+// streamSink encodes a streamed generation's events in one route's wire
+// format; sseBody decides when they are written.
+type streamSink interface {
+	// begin appends what opens the stream.
+	begin(dst []byte) []byte
+	// event appends what an event of choice i carries: content, reasoning,
+	// tool calls (also on the final event). c has seen it already.
+	event(dst []byte, c *completion, i int, ev *llm.Event) []byte
+	// choiceEnd appends what closes choice i, after c.end recorded how its
+	// generation ended.
+	choiceEnd(dst []byte, c *completion, i int) []byte
+	// finish appends what closes the stream, after the last choice ended.
+	finish(dst []byte, c *completion) []byte
+	// fail appends the report of a failure after the stream started.
+	fail(dst []byte, e *openai.Error) []byte
+}
+
+func setSSEHeaders(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/event-stream; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+}
+
+// streamSSE answers with the completion as server-sent events encoded by
+// sink; c.done is called once the stream has ended.
+func (c *completion) streamSSE(ctx *fasthttp.RequestCtx, sink streamSink) {
+	setSSEHeaders(ctx)
+	ctx.SetBodyStream(newSSEBody(c, ctx.Conn(), sink), -1)
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+// sseBody is a streamed completion as the response body fasthttp pulls
+// from. fasthttp writes a body of unknown length with writeBodyChunked: it
+// reads into a buffer, then writes and flushes one chunk per Read. So the
+// connection's own goroutine receives each event from the runtime, encodes
+// it and writes it: no body-stream pipe, no extra goroutine and no wake-up
+// between reading a token and writing it (SetBodyStreamWriter runs its
+// writer in a goroutine of its own and copies through a pipe).
+//
+// Each Read returns what is ready: it waits for one event, then takes every
+// event the runtime already has (Buffered) before returning, so a burst of
+// tokens costs one write and a lone token is written at once.
+type sseBody struct {
+	c    *completion
+	conn interface{ SetWriteDeadline(time.Time) error }
+	sink streamSink
+
+	bp       *[]byte // pooled; buf is its contents
+	buf      []byte
+	off      int  // buf[off:] is not read yet
+	started  bool // the opening went out
+	finished bool // the end is in buf
+	live     int  // choices not ended yet
+
+	deadline time.Time
+	once     sync.Once
+}
+
+func newSSEBody(c *completion, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink) *sseBody {
+	b := &sseBody{c: c, conn: conn, sink: sink, live: len(c.choices)}
+	b.bp = c.api.bufs.Get().(*[]byte)
+	b.buf = (*b.bp)[:0]
+	return b
+}
+
+// Read hands fasthttp the next part of the stream.
+func (b *sseBody) Read(p []byte) (int, error) {
+	if b.off == len(b.buf) {
+		if b.finished || b.bp == nil {
+			return 0, io.EOF
+		}
+		b.buf, b.off = b.buf[:0], 0
+		now := b.fill()
+		// A client that stops reading must not pin a generation slot
+		// forever: bound each write. Moving the deadline costs a timer
+		// update, so it moves only when a quarter of the window has passed.
+		if stall := b.c.api.cfg.WriteStallTimeout; b.deadline.Sub(now) < stall*3/4 {
+			b.deadline = now.Add(stall)
+			_ = b.conn.SetWriteDeadline(b.deadline)
+		}
+	}
+	n := copy(p, b.buf[b.off:])
+	b.off += n
+	return n, nil
+}
+
+// fill appends the next burst of events to buf and returns the time the
+// last one arrived.
+func (b *sseBody) fill() time.Time {
+	c := b.c
+	if !b.started {
+		b.started = true
+		b.buf = b.sink.begin(b.buf)
+		return time.Now()
+	}
+	for {
+		i, ev, err := c.stream.Recv()
+		now := time.Now() // one clock read per event, for metrics and the write deadline
+		if isEOF(err) {
+			b.finished = true
+			return now
+		}
+		if err != nil {
+			// The response has started: report the failure in the stream's
+			// own format, then end it cleanly.
+			if c.gctx.Err() == nil {
+				c.api.log.Warn("generation failed mid-stream", "err", err)
+			}
+			b.buf = b.sink.fail(b.buf, openai.RuntimeError(err))
+			b.finished = true
+			return now
+		}
+		c.seen(i, &ev, now)
+		b.buf = b.sink.event(b.buf, c, i, &ev)
+		if ev.Done {
+			c.end(i, ev)
+			b.buf = b.sink.choiceEnd(b.buf, c, i)
+			if b.live--; b.live == 0 {
+				b.buf = b.sink.finish(b.buf, c)
+				b.finished = true
+				return now
+			}
+		}
+		if len(b.buf) > 0 && (!c.stream.Buffered() || len(b.buf) >= 32<<10) {
+			return now
+		}
+	}
+}
+
+// Close ends the completion: fasthttp calls it once the body is written,
+// when writing it failed (the client is gone: closing the stream stops the
+// generation), and when it resets a response it never wrote.
+func (b *sseBody) Close() error {
+	b.once.Do(func() {
+		b.c.stream.Close()
+		_ = b.conn.SetWriteDeadline(time.Time{})
+		*b.bp = b.buf[:0]
+		b.c.api.bufs.Put(b.bp)
+		b.bp, b.buf, b.off = nil, nil, 0
+		b.c.done()
+	})
+	return nil
+}
