@@ -14,11 +14,18 @@ import (
 // possibly over several lines) and the message fields (".role").
 func docTable(t *testing.T) (top, message []string) {
 	t.Helper()
+	return docTableOf(t, "OpenAI field")
+}
+
+// docTableOf is docTable for the table whose first column is headed
+// header.
+func docTableOf(t *testing.T, header string) (top, message []string) {
+	t.Helper()
 	src, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, ok := strings.Cut(string(src), "//\tOpenAI field")
+	_, table, ok := strings.Cut(string(src), "//\t"+header)
 	if !ok {
 		t.Fatal("doc.go has no request mapping table")
 	}
