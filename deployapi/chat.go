@@ -125,11 +125,8 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 // the key's per-minute limits. On false it has answered and left the gate;
 // on true the caller leaves it when the generation ends.
 func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *openai.ChatRequest, bool) {
-	s, err := a.gate.enter(a.base, a.cfg.SwitchWait, a.cfg.MaxQueue)
-	if err != nil {
-		a.m.Rejected(metrics.RejectSwitching)
-		a.writeError(ctx, openai.Unavailable("The deployment is switching its model; please retry shortly."))
-		ctx.Response.Header.Set("Retry-After", "5")
+	s, ok := a.enterGate(ctx)
+	if !ok {
 		return nil, nil, false
 	}
 	req, oerr := openai.DecodeChatRequest(ctx.PostBody(), s.model)
@@ -141,22 +138,11 @@ func (a *API) admitChat(ctx *fasthttp.RequestCtx, key apikeys.Key) (*served, *op
 		a.writeError(ctx, oerr)
 		return nil, nil, false
 	}
-	q := a.keys.Admit(key.ID)
-	if q.Limited() {
-		setRateLimitHeaders(&ctx.Response.Header, q)
+	if !a.allowKey(ctx, key) {
+		a.gate.leave()
+		return nil, nil, false
 	}
-	switch {
-	case !q.Allowed:
-		a.m.Rejected(metrics.RejectKeyLimit)
-		a.rateLimited(ctx, q)
-	case !a.warm.Load():
-		a.m.Rejected(metrics.RejectNotReady)
-		a.writeError(ctx, openai.Unavailable("The model is still loading; please retry shortly."))
-	default:
-		return s, req, true
-	}
-	a.gate.leave()
-	return nil, nil, false
+	return s, req, true
 }
 
 func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {

@@ -10,6 +10,8 @@ import (
 // hearth_http_requests_total. Anything else is counted as RouteOther.
 const (
 	RouteChatCompletions = "chat_completions"
+	RouteCompletions     = "completions"
+	RouteEmbeddings      = "embeddings"
 	RouteModels          = "models"
 	RouteModel           = "model"
 	RouteHealthz         = "healthz"
@@ -20,7 +22,7 @@ const (
 // canonicalRoute folds unknown routes into RouteOther, bounding the label.
 func canonicalRoute(route string) string {
 	switch route {
-	case RouteChatCompletions, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
+	case RouteChatCompletions, RouteCompletions, RouteEmbeddings, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
 		return route
 	}
 	return RouteOther

@@ -1,0 +1,119 @@
+package deployapi
+
+import (
+	"context"
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/metrics"
+	"github.com/hearthd/hearth/openai"
+)
+
+// slot is a request admitted to the served model that holds a generation
+// slot: what the embeddings and legacy completions routes run on (chat
+// does the same steps inline).
+type slot struct {
+	s    *served
+	key  apikeys.Key
+	gctx context.Context // ends when the client leaves, or the model is drained
+	// finish leaves the gate and the drain's count and stops watching the
+	// peer, but keeps the limiter's slot (see release).
+	finish func()
+}
+
+// release frees everything the slot holds.
+func (sl *slot) release(a *API) {
+	a.lim.release(sl.key.ID)
+	sl.finish()
+}
+
+// admit runs every step before the runtime: the drain, the key, the gate
+// (waiting out a model switch), decode against the served model (which
+// also checks what the model can take), the key's per-minute limits (one
+// request, whatever the request carries), the model being loaded, and a
+// fair slot, with the generation's context cancelled when the peer
+// closes. On false it has answered (or the client is gone) and holds
+// nothing.
+func (a *API) admit(ctx *fasthttp.RequestCtx, decode func(s *served) *openai.Error) (*slot, bool) {
+	if a.draining.Load() {
+		a.m.Rejected(metrics.RejectDraining)
+		a.writeError(ctx, openai.Unavailable("The server is shutting down; please retry."))
+		return nil, false
+	}
+	key, ok := a.authenticate(ctx)
+	if !ok {
+		return nil, false
+	}
+	s, ok := a.enterGate(ctx)
+	if !ok {
+		return nil, false
+	}
+	if e := decode(s); e != nil {
+		a.gate.leave()
+		a.writeError(ctx, e)
+		return nil, false
+	}
+	if !a.allowKey(ctx, key) {
+		a.gate.leave()
+		return nil, false
+	}
+
+	a.inflight.Add(1)
+	gctx, cancel := context.WithCancel(s.ctx)
+	stopWatch := watchPeerClose(ctx.Conn(), cancel)
+	sl := &slot{s: s, key: key, gctx: gctx, finish: func() {
+		stopWatch()
+		cancel()
+		a.gate.leave()
+		a.inflight.Done()
+	}}
+	if err := a.lim.acquire(gctx, key.ID); err != nil {
+		sl.finish()
+		switch {
+		case errors.Is(err, errQueueFull):
+			a.m.Rejected(metrics.RejectQueueFull)
+			a.writeError(ctx, openai.RateLimited(""))
+		case s.ctx.Err() != nil:
+			a.writeError(ctx, openai.Unavailable("The deployment switched its model; please retry."))
+		}
+		// Otherwise the client left while queued: nobody to answer.
+		return nil, false
+	}
+	return sl, true
+}
+
+// enterGate enters the served model's gate, waiting (bounded) for a model
+// switch in progress; on false it has answered 503.
+func (a *API) enterGate(ctx *fasthttp.RequestCtx) (*served, bool) {
+	s, err := a.gate.enter(a.base, a.cfg.SwitchWait, a.cfg.MaxQueue)
+	if err != nil {
+		a.m.Rejected(metrics.RejectSwitching)
+		a.writeError(ctx, openai.Unavailable("The deployment is switching its model; please retry shortly."))
+		ctx.Response.Header.Set("Retry-After", "5")
+		return nil, false
+	}
+	return s, true
+}
+
+// allowKey takes one request from the key's per-minute limits (with
+// OpenAI's rate-limit headers for a limited key) and checks that the model
+// is loaded; on false it has answered.
+func (a *API) allowKey(ctx *fasthttp.RequestCtx, key apikeys.Key) bool {
+	q := a.keys.Admit(key.ID)
+	if q.Limited() {
+		setRateLimitHeaders(&ctx.Response.Header, q)
+	}
+	switch {
+	case !q.Allowed:
+		a.m.Rejected(metrics.RejectKeyLimit)
+		a.rateLimited(ctx, q)
+	case !a.warm.Load():
+		a.m.Rejected(metrics.RejectNotReady)
+		a.writeError(ctx, openai.Unavailable("The model is still loading; please retry shortly."))
+	default:
+		return true
+	}
+	return false
+}
