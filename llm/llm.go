@@ -1,8 +1,8 @@
 // Package llm defines what hearthd needs from a local model runtime: make
 // sure the deployment's model is present and warm, and stream a chat
-// completion from it (and, where the runtime can, embed texts and continue a
-// raw prompt: Embedder, Completer). The Ollama backend lives in llm/ollama; a fake for
-// unit tests lives in llm/fake.
+// completion from it (and, where the runtime can, embed texts and continue
+// a raw prompt: Embedder, Completer). The Ollama backend lives in
+// llm/ollama; a fake for unit tests lives in llm/fake.
 package llm
 
 import (
