@@ -331,3 +331,46 @@ func TestEmbeddingsAndCompletionsTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// A client that leaves while its batch is being embedded cancels the
+// runtime's work and frees the slot.
+func TestEmbeddingsDisconnectCancels(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	ta := startAPI(t, fake.Config{Hold: hold}, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"hearth-tiny","input":["a","b"]}`
+	fmt.Fprintf(conn, "POST /api/v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", ta.secret, len(body), body)
+	testutil.WaitFor(t, 10*time.Second, "the embedding to start", func() bool { started, _ := ta.rt.Embeds(); return started == 1 })
+	conn.Close()
+	testutil.WaitFor(t, 10*time.Second, "the runtime call cancelled", func() bool { _, stopped := ta.rt.Embeds(); return stopped == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the slot back", func() bool { return ta.api.lim.active() == 0 })
+}
+
+// Both routes answer 503 while the model loads and once the drain began,
+// without calling the runtime.
+func TestEmbeddingsAndCompletionsNotServing(t *testing.T) {
+	ta := startAPI(t, fake.Config{}, nil)
+	bodies := map[string]string{"/embeddings": `{"model":"hearth-tiny","input":"x"}`, "/completions": `{"model":"hearth-tiny","prompt":"x"}`}
+	ta.api.SetWarm(false)
+	for route, body := range bodies {
+		resp := ta.postTo(t, route, body)
+		if e := errorOf(t, resp); resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s while loading: %d %v", route, resp.StatusCode, e)
+		}
+	}
+	ta.api.SetWarm(true)
+	ta.api.draining.Store(true)
+	for route, body := range bodies {
+		resp := ta.postTo(t, route, body)
+		if e := errorOf(t, resp); resp.StatusCode != 503 {
+			t.Errorf("%s while draining: %d %v", route, resp.StatusCode, e)
+		}
+	}
+	if n := ta.rt.Calls(); n != 0 {
+		t.Fatalf("runtime called %d times", n)
+	}
+}

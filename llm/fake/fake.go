@@ -66,7 +66,8 @@ type Config struct {
 	ReadyErr error
 
 	// EmbedDims is the length of the vectors Embed returns (default 4);
-	// EmbedErr, if set, is returned by Embed.
+	// EmbedErr, if set, is returned by Embed. Embed waits for Hold too,
+	// when it is set, or for its context to end.
 	EmbedDims int
 	EmbedErr  error
 }
@@ -80,6 +81,8 @@ type Runtime struct {
 	calls   int
 
 	lastEmbed      *llm.EmbedRequest
+	embedsStarted  int
+	embedsStopped  int // ended by their context while held
 	lastCompletion *llm.CompletionRequest
 }
 
@@ -529,7 +532,17 @@ func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 	cfg := r.cfg
 	r.calls++
 	r.lastEmbed = &llm.EmbedRequest{Input: append([]string(nil), req.Input...), Dimensions: req.Dimensions}
+	r.embedsStarted++
 	r.mu.Unlock()
+	if cfg.Hold != nil {
+		select {
+		case <-cfg.Hold:
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.embedsStopped++
+			r.mu.Unlock()
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fake runtime: %w", err)
 	}
@@ -562,6 +575,14 @@ func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 		out.PromptTokens += max(1, len(strings.Fields(s)))
 	}
 	return out, nil
+}
+
+// Embeds returns how many Embed calls started, and how many of them held
+// (Config.Hold) were ended by their context.
+func (r *Runtime) Embeds() (started, stopped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.embedsStarted, r.embedsStopped
 }
 
 // LastEmbed returns a copy of the last request Embed received, or nil.
