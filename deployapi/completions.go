@@ -94,15 +94,27 @@ func (a *API) serveCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 // checkCompletion refuses what the model cannot take, before the runtime
 // sees it: a suffix for a model without the "insert" capability (400
 // naming suffix), and what checkLimits refuses for chat (a prompt
-// certainly longer than the context, max_tokens above the output cap).
+// certainly longer than the context, max_tokens above the output cap). A
+// request without max_tokens gets OpenAI's default of 16, capped.
 func (a *API) checkCompletion(ctx context.Context, s *served, r *llm.CompletionRequest) *openai.Error {
 	if _, ok := s.rt.(llm.Completer); !ok {
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "model",
 			Message: "This deployment's model runtime cannot continue a raw prompt; use /chat/completions."}
 	}
-	if r.Suffix != "" && !s.limits(ctx).Can("insert") {
+	l := s.limits(ctx)
+	if r.Suffix != "" && !l.Can("insert") {
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "suffix",
 			Message: "This deployment's model cannot fill in the middle (its runtime lists no \"insert\" capability); omit suffix."}
+	}
+	if r.Options.MaxTokens == nil {
+		// OpenAI's default for legacy completions, never above the cap.
+		n := openai.DefaultCompletionMaxTokens
+		if limit := a.cfg.MaxOutputTokens; limit > 0 && limit < n {
+			n = limit
+		} else if limit <= 0 && l.ContextLength > 0 && l.ContextLength < n {
+			n = l.ContextLength
+		}
+		r.Options.MaxTokens = &n
 	}
 	chat := llm.Request{Messages: []llm.Message{{Role: "user", Content: r.Prompt + r.Suffix}}, Options: r.Options}
 	e := a.checkLimits(ctx, s, &chat)

@@ -278,6 +278,22 @@ func TestCompletionsBadInput(t *testing.T) {
 	}
 }
 
+// Without max_tokens a legacy completion gets OpenAI's 16, or the output
+// cap when that is lower (not a 400 about a parameter never sent).
+func TestCompletionsDefaultMaxTokens(t *testing.T) {
+	for _, c := range []struct {
+		cap, ctx, want int
+	}{{0, 0, 16}, {0, 2048, 16}, {8, 2048, 8}, {0, 10, 10}, {100, 10, 16}} {
+		ta := startAPI(t, fake.Config{Limits: llm.Limits{ContextLength: c.ctx}}, func(cfg *APIConfig) { cfg.MaxOutputTokens = c.cap })
+		resp := ta.postTo(t, "/completions", `{"model":"hearth-tiny","prompt":"x"}`)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := ta.rt.LastCompletion(); resp.StatusCode != 200 || got == nil || *got.Options.MaxTokens != c.want {
+			t.Errorf("cap %d, context %d: %d %+v, want max_tokens %d", c.cap, c.ctx, resp.StatusCode, got, c.want)
+		}
+	}
+}
+
 // A client that leaves a legacy completion stream cancels it at once.
 func TestCompletionsDisconnectCancels(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)

@@ -10,7 +10,8 @@ import (
 )
 
 // DefaultCompletionMaxTokens is max_tokens of a legacy completion that
-// names none, as OpenAI has it.
+// names none, as OpenAI has it (OpenAI's legacy completions are short by
+// default, unlike chat).
 const DefaultCompletionMaxTokens = 16
 
 // CompletionRequest is a validated POST /completions (legacy) request.
@@ -23,8 +24,9 @@ type CompletionRequest struct {
 
 // DecodeCompletionRequest decodes and validates a legacy completion request
 // body for a deployment serving modelID (the mapping is in the package
-// comment). max_tokens defaults to DefaultCompletionMaxTokens. The result
-// shares no memory with body.
+// comment). An absent max_tokens stays nil: the caller applies
+// DefaultCompletionMaxTokens, within its output cap. The result shares no
+// memory with body.
 func DecodeCompletionRequest(body []byte, modelID string) (*CompletionRequest, *Error) {
 	obj, e := decodeBody(body)
 	if e != nil {
@@ -33,10 +35,6 @@ func DecodeCompletionRequest(body []byte, modelID string) (*CompletionRequest, *
 	d := &completionDecoder{modelID: modelID}
 	if e := completionFields.decode(d, obj); e != nil {
 		return nil, e
-	}
-	if d.Runtime.Options.MaxTokens == nil {
-		n := DefaultCompletionMaxTokens
-		d.Runtime.Options.MaxTokens = &n
 	}
 	return &d.CompletionRequest, nil
 }

@@ -1,6 +1,7 @@
-// Package openai is the OpenAI chat-completion wire format of the deployment
-// API: it decodes and validates requests into llm.Request, and encodes
-// responses, server-sent event chunks and errors. It is pure functions; the
+// Package openai is the OpenAI wire format of the deployment API (chat
+// completions, embeddings, legacy completions): it decodes and validates
+// requests into llm's requests, and encodes responses, server-sent event
+// chunks and errors. It is pure functions; the
 // deployment API (deployapi) owns the HTTP server.
 //
 // Encoders append to a caller's []byte and never use reflection, so the
@@ -121,7 +122,8 @@
 //	suffix                     CompletionRequest.Suffix: fill in the middle through the
 //	                           model's template; 400 where the model lacks the "insert"
 //	                           capability
-//	max_tokens                 Options.MaxTokens, integer ≥ 1; default 16, as OpenAI's
+//	max_tokens                 Options.MaxTokens, integer ≥ 1; absent → 16, as OpenAI's
+//	                           (deployapi applies it, within the output cap)
 //	temperature, top_p,        as in chat
 //	presence_penalty,
 //	frequency_penalty, seed,

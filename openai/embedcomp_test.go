@@ -105,7 +105,7 @@ func TestDecodeCompletionRequest(t *testing.T) {
 		mod(&opt)
 		return opt
 	}
-	def := func(p *llm.Options) { p.MaxTokens = intp(DefaultCompletionMaxTokens) }
+	def := func(*llm.Options) {}
 	cases := []struct {
 		name  string
 		body  string
