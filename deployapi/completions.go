@@ -92,7 +92,8 @@ func (a *API) serveCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 }
 
 // checkCompletion refuses what the model cannot take, before the runtime
-// sees it: a suffix for a model without the "insert" capability (400
+// sees it: a model that does not generate (an embedding model; 400 naming
+// model), a suffix for a model without the "insert" capability (400
 // naming suffix), and what checkLimits refuses for chat (a prompt
 // certainly longer than the context, max_tokens above the output cap). A
 // request without max_tokens gets OpenAI's default of 16, capped.
@@ -102,6 +103,10 @@ func (a *API) checkCompletion(ctx context.Context, s *served, r *llm.CompletionR
 			Message: "This deployment's model runtime cannot continue a raw prompt; use /chat/completions."}
 	}
 	l := s.limits(ctx)
+	if !l.Can("completion") {
+		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "model",
+			Message: "This deployment's model does not generate text (its runtime lists no \"completion\" capability); it serves /embeddings."}
+	}
 	if r.Suffix != "" && !l.Can("insert") {
 		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "suffix",
 			Message: "This deployment's model cannot fill in the middle (its runtime lists no \"insert\" capability); omit suffix."}

@@ -267,10 +267,17 @@ func TestCompletionsBadInput(t *testing.T) {
 	if n := ta.rt.Calls(); n != 0 {
 		t.Fatalf("the runtime was called %d times for refused requests", n)
 	}
+	// An embedding model does not generate.
+	ta.rt.SetConfig(fake.Config{Limits: llm.Limits{Capabilities: []string{"embedding"}}})
+	ta.forgetLimits()
+	resp := ta.postTo(t, "/completions", `{"model":"hearth-tiny","prompt":"x"}`)
+	if e := errorOf(t, resp); resp.StatusCode != 400 || e["param"] != "model" || ta.rt.Calls() != 0 {
+		t.Fatalf("embedding model: %d %v (%d runtime calls)", resp.StatusCode, e, ta.rt.Calls())
+	}
 	// With the insert capability, a suffix reaches the runtime.
 	ta.rt.SetConfig(fake.Config{Limits: llm.Limits{Capabilities: []string{"completion", "insert"}}})
-	ta.api.gate.cur.Load().limKnown = false
-	resp := ta.postTo(t, "/completions", `{"model":"hearth-tiny","prompt":"def f(","suffix":"return x"}`)
+	ta.forgetLimits()
+	resp = ta.postTo(t, "/completions", `{"model":"hearth-tiny","prompt":"def f(","suffix":"return x"}`)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if got := ta.rt.LastCompletion(); resp.StatusCode != 200 || got == nil || got.Suffix != "return x" {
@@ -389,4 +396,12 @@ func TestEmbeddingsAndCompletionsNotServing(t *testing.T) {
 	if n := ta.rt.Calls(); n != 0 {
 		t.Fatalf("runtime called %d times", n)
 	}
+}
+
+// forgetLimits makes the next request ask the runtime for its limits again.
+func (ta *testAPI) forgetLimits() {
+	s := ta.api.gate.cur.Load()
+	s.limMu.Lock()
+	s.limKnown = false
+	s.limMu.Unlock()
 }

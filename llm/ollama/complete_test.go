@@ -7,6 +7,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 // routeOllama is a loopback stand-in for one Ollama route: it records the
@@ -229,5 +233,52 @@ func testRealEmbedAndComplete(t *testing.T, inst *ollamatest.Instance) {
 	l, err := b.Limits(ctx)
 	if err != nil || l.Can("insert") || l.Can("embedding") || !l.Can("completion") {
 		t.Fatalf("capabilities %v %v", l.Capabilities, err)
+	}
+}
+
+// An embedding model (the tiny model with pooling) loads, reports the
+// "embedding" capability only, embeds, and is refused generation as an
+// invalid request, on both runtimes.
+func TestRealEmbeddingModel(t *testing.T) {
+	ollama.ForEach(t, testRealEmbeddingModel)
+}
+
+func testRealEmbeddingModel(t *testing.T, inst *ollamatest.Instance) {
+	gguf := filepath.Join(t.TempDir(), "tiny-embed.gguf")
+	if err := tinymodel.WriteFile(gguf, tinymodel.Options{Pooling: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{BaseURL: inst.URL, Model: "hearth-tiny-embed-" + strconv.FormatInt(time.Now().UnixNano(), 36), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := b.EnsureModel(ctx, ModelSource{GGUFPath: gguf}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Warm(ctx); err != nil {
+		t.Fatalf("Warm: %v", err)
+	}
+	if err := b.Ready(ctx); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	l, err := b.Limits(ctx)
+	if err != nil || !slices.Equal(l.Capabilities, []string{"embedding"}) || l.Logprobs {
+		t.Fatalf("Limits = %+v, %v", l, err)
+	}
+	e, err := b.Embed(ctx, &llm.EmbedRequest{Input: []string{"hello world"}})
+	if err != nil || len(e.Vectors) != 1 || len(e.Vectors[0]) != 64 {
+		t.Fatalf("Embed = %+v, %v", e, err)
+	}
+	var inv *llm.InvalidRequestError
+	if _, err := b.Complete(ctx, &llm.CompletionRequest{Prompt: "a"}); !errors.As(err, &inv) {
+		t.Fatalf("Complete on an embedding model: %v", err)
+	}
+	if _, err := b.Chat(ctx, &llm.Request{Messages: userSays("hi")}); !errors.As(err, &inv) {
+		t.Fatalf("Chat on an embedding model: %v", err)
+	}
+	if err := b.Unload(ctx); err != nil {
+		t.Fatalf("Unload: %v", err)
 	}
 }

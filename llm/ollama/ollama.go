@@ -296,15 +296,7 @@ var keepForever = &api.Duration{Duration: -1}
 // took. The deployment is ready only after this.
 func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	stream := false
-	// A chat request without messages only loads the model.
-	err := b.api.Chat(ctx, &api.ChatRequest{
-		Model:     b.cfg.Model,
-		Messages:  []api.Message{},
-		Stream:    &stream,
-		KeepAlive: keepForever,
-	}, func(api.ChatResponse) error { return nil })
-	if err != nil {
+	if err := b.load(ctx, keepForever); err != nil {
 		return 0, b.apiError("load model "+b.cfg.Model, err)
 	}
 	took := time.Since(start)
@@ -315,17 +307,39 @@ func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 // Unload takes the model out of memory (a load request with keep_alive 0):
 // after a switch, the previous model must not keep its memory for ever.
 func (b *Backend) Unload(ctx context.Context) error {
-	stream := false
-	err := b.api.Chat(ctx, &api.ChatRequest{
-		Model:     b.cfg.Model,
-		Messages:  []api.Message{},
-		Stream:    &stream,
-		KeepAlive: &api.Duration{Duration: 0},
-	}, func(api.ChatResponse) error { return nil })
-	if err != nil {
+	if err := b.load(ctx, &api.Duration{Duration: 0}); err != nil {
 		return b.apiError("unload model "+b.cfg.Model, err)
 	}
 	return nil
+}
+
+// load sends the request that only loads the model, kept for keep: a chat
+// without messages, or for an embedding model (which Ollama refuses to
+// chat with) an embedding of nothing.
+func (b *Backend) load(ctx context.Context, keep *api.Duration) error {
+	if b.embeddingOnly(ctx) {
+		_, err := b.api.Embed(ctx, &api.EmbedRequest{Model: b.cfg.Model, KeepAlive: keep})
+		return err
+	}
+	stream := false
+	return b.api.Chat(ctx, &api.ChatRequest{
+		Model:     b.cfg.Model,
+		Messages:  []api.Message{},
+		Stream:    &stream,
+		KeepAlive: keep,
+	}, func(api.ChatResponse) error { return nil })
+}
+
+// embeddingOnly reports whether the runtime lists the model as an embedding
+// model that cannot generate. (Any failure to tell is left to the chat
+// request that follows.)
+func (b *Backend) embeddingOnly(ctx context.Context) bool {
+	resp, err := b.api.Show(ctx, &api.ShowRequest{Model: b.cfg.Model})
+	if err != nil {
+		return false
+	}
+	l := limitsOf(resp)
+	return l.Capabilities != nil && l.Can("embedding") && !l.Can("completion")
 }
 
 // Ready implements llm.Runtime: Ollama answers and has the model loaded.
