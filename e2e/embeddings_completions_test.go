@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
 // Embeddings and legacy completions through hearthd with the official Go
@@ -117,6 +119,50 @@ func TestEmbeddingsAndCompletionsWithTheSDK(t *testing.T) {
 		}
 		if _, err := c.Completions.New(ctx, params); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "suffix" {
 			t.Fatalf("suffix: %v, want a 400 naming suffix", err)
+		}
+	})
+}
+
+// A deployment of an embedding model (the tiny model with mean pooling,
+// which Ollama refuses to chat with) becomes ready, lists the "embedding"
+// capability, embeds, and answers generation requests with a 400.
+func TestEmbeddingModelDeployment(t *testing.T) {
+	ollamatest.ForEachVersion(t, func(t *testing.T, v ollamatest.Version) {
+		inst := shared.ollama.GetVersion(t, v)
+		gguf := filepath.Join(t.TempDir(), "tiny-embed.gguf")
+		if err := tinymodel.WriteFile(gguf, tinymodel.Options{Pooling: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const model = "hearth-tiny-embed"
+		if err := ollamatest.CreateModel(ctx, inst.Client(), model, gguf); err != nil {
+			t.Fatal(err)
+		}
+		h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", model, "--ollama-url", inst.URL}})
+		c := h.client(h.secret)
+
+		m, err := c.Models.Get(ctx, model)
+		// (The test template renders tools, so Ollama lists "tools" too.)
+		if err != nil || !strings.Contains(m.RawJSON(), `"embedding"`) || strings.Contains(m.RawJSON(), `"completion"`) {
+			t.Fatalf("model: %v %s", err, m.RawJSON())
+		}
+		emb, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{
+			Model: model,
+			Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hello world")},
+		})
+		if err != nil || len(emb.Data) != 1 || len(emb.Data[0].Embedding) != 64 {
+			t.Fatalf("embeddings: %v", err)
+		}
+		var apiErr *openai.Error
+		_, err = c.Completions.New(ctx, openai.CompletionNewParams{
+			Model:  openai.CompletionNewParamsModel(model),
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once")},
+		})
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "model" {
+			t.Fatalf("completion on an embedding model: %v", err)
+		}
+		if _, err := c.Chat.Completions.New(ctx, userParams(model, "hi", 4)); !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+			t.Fatalf("chat on an embedding model: %v", err)
 		}
 	})
 }
