@@ -271,3 +271,53 @@ func TestTextChunkAllocs(t *testing.T) {
 		t.Errorf("AppendText allocates %v times", n)
 	}
 }
+
+func checkDecodeError(t *testing.T, e *Error) {
+	t.Helper()
+	if e.Status < 400 || e.Status > 499 || e.Message == "" || e.Type == "" || !json.Valid(AppendErrorJSON(nil, e)) {
+		t.Fatalf("bad error %+v", e)
+	}
+}
+
+func FuzzDecodeEmbeddingsRequest(f *testing.F) {
+	for _, s := range []string{embBody(`"input":"x"`), embBody(`"input":["a","b"],"encoding_format":"base64","dimensions":3`),
+		embBody(`"input":[1,2]`), embBody(`"input":[]`), `{}`, `[]`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, e := DecodeEmbeddingsRequest(b, testModel)
+		if (r == nil) == (e == nil) {
+			t.Fatalf("got request %v and error %v", r, e)
+		}
+		if e != nil {
+			checkDecodeError(t, e)
+			return
+		}
+		if r.Model != testModel || len(r.Runtime.Input) == 0 || len(r.Runtime.Input) > MaxEmbeddingInputs || r.Runtime.Dimensions < 0 ||
+			slices.Contains(r.Runtime.Input, "") {
+			t.Fatalf("bad request %+v", r)
+		}
+	})
+}
+
+func FuzzDecodeCompletionRequest(f *testing.F) {
+	for _, s := range []string{cmplBody(""), cmplBody(`"suffix":"s","max_tokens":3,"stream":true,"stream_options":{"include_usage":true}`),
+		embBody(`"prompt":["a"]`), embBody(`"prompt":[1]`), cmplBody(`"echo":true`), `{}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, e := DecodeCompletionRequest(b, testModel)
+		if (r == nil) == (e == nil) {
+			t.Fatalf("got request %v and error %v", r, e)
+		}
+		if e != nil {
+			checkDecodeError(t, e)
+			return
+		}
+		o := r.Runtime.Options
+		if r.Model != testModel || r.Runtime.Prompt == "" || r.IncludeUsage && !r.Stream ||
+			o.MaxTokens != nil && *o.MaxTokens < 1 || len(o.Stop) > maxStop {
+			t.Fatalf("bad request %+v", r)
+		}
+	})
+}
