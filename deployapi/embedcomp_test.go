@@ -405,3 +405,29 @@ func (ta *testAPI) forgetLimits() {
 	s.limKnown = false
 	s.limMu.Unlock()
 }
+
+// An embedding ended by the hard stop (or a switch's drain timeout) is
+// answered 503, not left without an answer.
+func TestEmbeddingsEndedByTheStopGet503(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	ta := startAPI(t, fake.Config{Hold: hold}, nil)
+	got := make(chan int, 1)
+	req, _ := http.NewRequest("POST", ta.url+"/embeddings", strings.NewReader(`{"model":"hearth-tiny","input":"x"}`))
+	req.Header.Set("Authorization", "Bearer "+ta.secret)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the embedding to start", func() bool { started, _ := ta.rt.Embeds(); return started == 1 })
+	ta.api.Close()
+	if status := <-got; status != 503 {
+		t.Fatalf("status %d, want 503", status)
+	}
+}

@@ -31,10 +31,15 @@ func (a *API) handleEmbeddings(ctx *fasthttp.RequestCtx) {
 	defer sl.release(a)
 	emb, err := sl.s.rt.(llm.Embedder).Embed(sl.gctx, &req.Runtime)
 	if err != nil {
-		if sl.gctx.Err() != nil {
-			return // client gone or the model drained: nobody to answer
+		switch {
+		case sl.s.ctx.Err() != nil:
+			// Ended by a model switch's drain timeout or the hard stop.
+			a.writeError(ctx, openai.Unavailable("The deployment switched its model; please retry."))
+		case sl.gctx.Err() != nil:
+			// The client left: nobody to answer.
+		default:
+			a.writeRuntimeError(ctx, err)
 		}
-		a.writeRuntimeError(ctx, err)
 		return
 	}
 	a.keys.RecordUsage(sl.key.ID, 1, int64(emb.PromptTokens), 0)
