@@ -222,6 +222,20 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 			break
 		}
 		a.handleResponses(ctx)
+	case string(path) == APIPrefix+"/embeddings":
+		route = metrics.RouteEmbeddings
+		if !bytes.Equal(method, []byte("POST")) {
+			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+			break
+		}
+		a.handleEmbeddings(ctx)
+	case string(path) == APIPrefix+"/completions":
+		route = metrics.RouteCompletions
+		if !bytes.Equal(method, []byte("POST")) {
+			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+			break
+		}
+		a.handleCompletions(ctx)
 	case string(path) == APIPrefix+"/models":
 		route = metrics.RouteModels
 		if !isGet(method) {

@@ -36,7 +36,9 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, &req.Runtime, req.Stream)
+	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
+		return a.startGeneration(gctx, sl.s, choiceRequest(&req.Runtime, i))
+	})
 	if !ok {
 		return
 	}
@@ -64,25 +66,33 @@ func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
 	a.writeError(ctx, e)
 }
 
-// startCompletion starts the admitted request's generations (one per slot
-// it holds: its choices) through startGeneration, so forced tool calls and
-// the other request-level behaviour are the same on every route. On false
-// it has answered (or the client is gone) and released the slot; on true
-// the caller relays the completion and calls c.done at its end.
-func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Time, req *llm.Request, streamed bool) (*completion, bool) {
+// choiceRequest is the runtime request of choice i: choice i samples with
+// seed+i, since the same seed would make every choice the same answer.
+func choiceRequest(r *llm.Request, i int) *llm.Request {
+	if r.Options.Seed == nil || i == 0 {
+		return r
+	}
+	c := *r
+	c.Options = choiceOptions(r.Options, i)
+	return &c
+}
+
+func choiceOptions(o llm.Options, i int) llm.Options {
+	if o.Seed != nil && i > 0 {
+		si := *o.Seed + int64(i)
+		o.Seed = &si
+	}
+	return o
+}
+
+// startCompletion starts the admitted request's generations, one per slot
+// it holds (its choices), choice i with gen(ctx, i). On false it has
+// answered (or the client is gone) and released the slots; on true the
+// caller relays the completion and calls c.done at its end.
+func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Time, streamed bool,
+	gen func(ctx context.Context, i int) (llm.Stream, error)) (*completion, bool) {
 	n := sl.n
-	stream, err := startChoices(sl.gctx, n, func(ctx context.Context, i int) (llm.Stream, error) {
-		r := req
-		if seed := r.Options.Seed; seed != nil && i > 0 {
-			// Choice i samples with seed+i: the same seed would make every
-			// choice the same answer.
-			c := *r
-			si := *seed + int64(i)
-			c.Options.Seed = &si
-			r = &c
-		}
-		return a.startGeneration(ctx, sl.s, r)
-	}, func(_ int, err error) {
+	stream, err := startChoices(sl.gctx, n, gen, func(_ int, err error) {
 		var ab llm.Abandoned
 		if errors.As(err, &ab) {
 			// The runtime still works on the request: its slot stays taken

@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"context"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,7 +31,9 @@ func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, &req.Runtime, req.Stream)
+	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, _ int) (llm.Stream, error) {
+		return a.startGeneration(gctx, sl.s, &req.Runtime)
+	})
 	if !ok {
 		return
 	}

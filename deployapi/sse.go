@@ -39,7 +39,11 @@ func setSSEHeaders(ctx *fasthttp.RequestCtx) {
 // sink; c.done is called once the stream has ended.
 func (c *completion) streamSSE(ctx *fasthttp.RequestCtx, sink streamSink) {
 	setSSEHeaders(ctx)
-	ctx.SetBodyStream(newSSEBody(c, ctx.Conn(), sink), -1)
+	b := newSSEBody(c, ctx.Conn(), sink)
+	// The headers go out at once, with the opening if the format has one:
+	// the client knows it was admitted before the first token.
+	ctx.Response.ImmediateHeaderFlush = len(b.buf) == 0
+	ctx.SetBodyStream(b, -1)
 }
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
@@ -61,11 +65,10 @@ type sseBody struct {
 	sink streamSink
 
 	bp       *[]byte // pooled; buf is its contents
-	buf      []byte
-	off      int  // buf[off:] is not read yet
-	started  bool // the opening went out
-	finished bool // the end is in buf
-	live     int  // choices not ended yet
+	buf      []byte  // starts with the opening
+	off      int     // buf[off:] is not read yet
+	finished bool    // the end is in buf
+	live     int     // choices not ended yet
 
 	deadline time.Time
 	once     sync.Once
@@ -74,7 +77,9 @@ type sseBody struct {
 func newSSEBody(c *completion, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink) *sseBody {
 	b := &sseBody{c: c, conn: conn, sink: sink, live: len(c.choices)}
 	b.bp = c.api.bufs.Get().(*[]byte)
-	b.buf = (*b.bp)[:0]
+	b.buf = sink.begin((*b.bp)[:0])
+	b.deadline = time.Now().Add(c.api.cfg.WriteStallTimeout)
+	_ = conn.SetWriteDeadline(b.deadline)
 	return b
 }
 
@@ -103,11 +108,6 @@ func (b *sseBody) Read(p []byte) (int, error) {
 // last one arrived.
 func (b *sseBody) fill() time.Time {
 	c := b.c
-	if !b.started {
-		b.started = true
-		b.buf = b.sink.begin(b.buf)
-		return time.Now()
-	}
 	for {
 		i, ev, err := c.stream.Recv()
 		now := time.Now() // one clock read per event, for metrics and the write deadline

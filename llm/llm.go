@@ -1,7 +1,8 @@
 // Package llm defines what hearthd needs from a local model runtime: make
 // sure the deployment's model is present and warm, and stream a chat
-// completion from it. The Ollama backend lives in llm/ollama; a fake for
-// unit tests lives in llm/fake.
+// completion from it (and, where the runtime can, embed texts and continue
+// a raw prompt: Embedder, Completer). The Ollama backend lives in
+// llm/ollama; a fake for unit tests lives in llm/fake.
 package llm
 
 import (
@@ -20,6 +21,49 @@ type Runtime interface {
 	Chat(ctx context.Context, req *Request) (Stream, error)
 	// Ready reports whether the runtime is reachable and the model loaded.
 	Ready(ctx context.Context) error
+}
+
+// Embedder is implemented by runtimes that can embed text.
+type Embedder interface {
+	// Embed returns one vector per input, in order. A model that cannot
+	// embed, or a request the runtime refuses, is an *InvalidRequestError
+	// (Param "model" for the model).
+	Embed(ctx context.Context, req *EmbedRequest) (*Embeddings, error)
+}
+
+// EmbedRequest is one batch of texts to embed.
+type EmbedRequest struct {
+	Input []string
+	// Dimensions asks for vectors of that length (the model's own when
+	// 0); a runtime that cannot give them refuses the request with an
+	// *InvalidRequestError whose Param is "dimensions".
+	Dimensions int
+}
+
+// Embeddings are the vectors of one EmbedRequest and the tokens the
+// runtime read for them.
+type Embeddings struct {
+	Vectors      [][]float32
+	PromptTokens int
+}
+
+// Completer is implemented by runtimes that continue a text as it is,
+// without a chat template (OpenAI's legacy completions).
+type Completer interface {
+	// Complete starts a generation that continues req.Prompt; it behaves
+	// as Runtime.Chat does (returns once the runtime accepted, cancelling
+	// ctx or closing the stream stops it).
+	Complete(ctx context.Context, req *CompletionRequest) (Stream, error)
+}
+
+// CompletionRequest is one text to continue.
+type CompletionRequest struct {
+	Prompt string
+	// Suffix, if set, is the text after the insertion point: the model
+	// fills in the middle, through its template (Ollama's "insert"
+	// capability), instead of continuing Prompt raw.
+	Suffix  string
+	Options Options
 }
 
 // Limited is implemented by runtimes that know how much their model can
@@ -206,7 +250,11 @@ type Abandoned interface {
 var ErrTimeout = errors.New("model runtime timed out")
 
 // InvalidRequestError is a request the runtime refused as invalid (for
-// example a malformed JSON schema); the API answers it with 400.
-type InvalidRequestError struct{ Msg string }
+// example a malformed JSON schema); the API answers it with 400 naming
+// Param, the request parameter at fault ("" when none is).
+type InvalidRequestError struct {
+	Msg   string
+	Param string
+}
 
 func (e *InvalidRequestError) Error() string { return e.Msg }

@@ -11,6 +11,8 @@ import (
 const (
 	RouteChatCompletions = "chat_completions"
 	RouteResponses       = "responses"
+	RouteCompletions     = "completions"
+	RouteEmbeddings      = "embeddings"
 	RouteModels          = "models"
 	RouteModel           = "model"
 	RouteHealthz         = "healthz"
@@ -21,7 +23,7 @@ const (
 // canonicalRoute folds unknown routes into RouteOther, bounding the label.
 func canonicalRoute(route string) string {
 	switch route {
-	case RouteChatCompletions, RouteResponses, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
+	case RouteChatCompletions, RouteResponses, RouteCompletions, RouteEmbeddings, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
 		return route
 	}
 	return RouteOther

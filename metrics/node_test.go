@@ -400,3 +400,15 @@ func TestHotPathAllocs(t *testing.T) {
 		}
 	}
 }
+
+// The deployment API's routes keep their own label; anything else is other.
+func TestRoutesKeepTheirLabel(t *testing.T) {
+	for _, r := range []string{RouteChatCompletions, RouteCompletions, RouteEmbeddings, RouteModels, RouteModel, RouteHealthz, RouteReadyz} {
+		if got := canonicalRoute(r); got != r {
+			t.Errorf("%s counted as %s", r, got)
+		}
+	}
+	if got := canonicalRoute("/api/v1/nope"); got != RouteOther {
+		t.Errorf("unknown route counted as %s", got)
+	}
+}

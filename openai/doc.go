@@ -1,6 +1,7 @@
-// Package openai is the OpenAI wire format of the deployment API, chat
-// completions and the Responses API: it decodes and validates requests into
-// llm.Request, and encodes responses, server-sent events and errors. It is pure functions; the
+// Package openai is the OpenAI wire format of the deployment API (chat
+// completions, the Responses API, embeddings, legacy completions): it
+// decodes and validates requests into llm's requests, and encodes
+// responses, server-sent events and errors. It is pure functions; the
 // deployment API (deployapi) owns the HTTP server.
 //
 // Encoders append to a caller's []byte and never use reflection, so the
@@ -141,6 +142,64 @@
 //	background                 false → nothing; true → 400
 //	previous_response_id,      any value → 400: nothing is stored; send the whole
 //	conversation, prompt       conversation as input
+//
+// # Embeddings
+//
+// DecodeEmbeddingsRequest (POST /embeddings) follows the same rules; its
+// answer is {"object":"list","data":[{"object":"embedding","index","embedding"}],
+// "model","usage":{"prompt_tokens","total_tokens"}} (AppendEmbeddings). A
+// batch is one request to admission, whatever its size.
+//
+//	embeddings field           runtime field / outcome
+//	----------------           -----------------------
+//	model                      required string; ≠ the deployment's model → 404 model_not_found;
+//	                           a model the runtime cannot embed with → 400 naming model
+//	input                      EmbedRequest.Input; a non-empty string, or an array of 1–2048
+//	                           non-empty strings (the whole body under the body limit);
+//	                           "" or [] → 400; token arrays (integers) → 400: the runtime
+//	                           embeds text only; an input longer than the context → 400
+//	                           (not truncated)
+//	encoding_format            "float" (default) → numbers; "base64" → the little-endian
+//	                           float32 values, base64-encoded, as OpenAI sends them
+//	dimensions                 EmbedRequest.Dimensions, 1–65536; honoured where the runtime
+//	                           shortens vectors (Ollama 0.17.4 truncates and renormalises),
+//	                           else 400 naming dimensions (0.9.6, or more than the model has)
+//	user                       string, accepted and dropped
+//
+// # Legacy completions
+//
+// DecodeCompletionRequest (POST /completions) continues each prompt as it is:
+// the runtime gets it raw, without the chat template, unless a suffix asks
+// the model to fill in the middle. Its answer is a text_completion
+// (AppendTextCompletion; TextChunkEncoder for streams: one chunk per piece
+// of text, a chunk with the finish reason, the usage chunk with
+// include_usage, then data: [DONE]).
+//
+//	completions field          runtime field / outcome
+//	-----------------          -----------------------
+//	model                      required string; ≠ the deployment's model → 404 model_not_found
+//	prompt                     CompletionRequest.Prompt; a required non-empty string, or an
+//	                           array of 1–8 of them, each continued n times (choice i is
+//	                           prompt i/n, as OpenAI orders them); token arrays → 400
+//	suffix                     CompletionRequest.Suffix: fill in the middle through the
+//	                           model's template; 400 where the model lacks the "insert"
+//	                           capability
+//	max_tokens                 Options.MaxTokens, integer ≥ 1; absent → 16, as OpenAI's
+//	                           (deployapi applies it, within the output cap)
+//	temperature, top_p,        as in chat
+//	presence_penalty,
+//	frequency_penalty, seed,
+//	top_k, min_p,
+//	repetition_penalty, stop
+//	stream, stream_options     as in chat (include_usage)
+//	user                       string, accepted and dropped
+//	n                          completions per prompt, 1…MaxChoices; prompts × n ≤ MaxChoices
+//	                           (8), each a generation of its own with its own slot, choice
+//	                           i%n sampling with seed+i%n; above → 400 naming n
+//	best_of                    1 → nothing; anything else → 400
+//	echo                       false → nothing; true → 400
+//	logprobs                   any integer → 400 (not given for legacy completions)
+//	logit_bias                 {} → nothing; non-empty → 400
 //
 // # Errors
 //

@@ -136,7 +136,7 @@ func RuntimeError(err error) *Error {
 	var inv *llm.InvalidRequestError
 	switch {
 	case errors.As(err, &inv):
-		return InvalidRequest("", inv.Msg)
+		return InvalidRequest(inv.Param, inv.Msg)
 	case errors.Is(err, llm.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return Timeout()
 	case errors.Is(err, llm.ErrUnavailable):

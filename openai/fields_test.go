@@ -14,6 +14,13 @@ import (
 // possibly over several lines) and the message fields (".role").
 func docTable(t *testing.T, header string) (top, message []string) {
 	t.Helper()
+	return docTableOf(t, header)
+}
+
+// docTableOf is docTable for the table whose first column is headed
+// header.
+func docTableOf(t *testing.T, header string) (top, message []string) {
+	t.Helper()
 	src, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)

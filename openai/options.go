@@ -2,8 +2,11 @@ package openai
 
 import (
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
+
+	"github.com/hearthd/hearth/llm"
 )
 
 // maxStop is OpenAI's limit on stop sequences.
@@ -38,4 +41,25 @@ func decodeStop(raw json.RawMessage, param string) ([]string, *Error) {
 		return nil, nil
 	}
 	return stops, nil
+}
+
+// sampling returns the sampling parameters that chat and legacy completions
+// share, in decoding order, for a request kind whose options opts returns.
+func sampling[T any](opts func(*T) *llm.Options) []field[T] {
+	return []field[T]{
+		optional("temperature", setPtr(floatIn(0, 2), func(d *T) **float64 { return &opts(d).Temperature })),
+		optional("top_p", setPtr(floatIn(0, 1), func(d *T) **float64 { return &opts(d).TopP })),
+		optional("presence_penalty", setPtr(floatIn(-2, 2), func(d *T) **float64 { return &opts(d).PresencePenalty })),
+		optional("frequency_penalty", setPtr(floatIn(-2, 2), func(d *T) **float64 { return &opts(d).FrequencyPenalty })),
+		optional("seed", setPtr(intIn(math.MinInt64, math.MaxInt64), func(d *T) **int64 { return &opts(d).Seed })),
+		// vLLM's extra sampling parameters, which OpenAI-compatible
+		// clients send in the body (extra_body).
+		optional("top_k", setPtr(intIn(-1, 1<<20), func(d *T) **int64 { return &opts(d).TopK })),
+		optional("min_p", setPtr(floatIn(0, 1), func(d *T) **float64 { return &opts(d).MinP })),
+		optional("repetition_penalty", setPtr(floatIn(0, 10), func(d *T) **float64 { return &opts(d).RepetitionPenalty })),
+		optional("stop", func(d *T, raw json.RawMessage, param string) (e *Error) {
+			opts(d).Stop, e = decodeStop(raw, param)
+			return e
+		}),
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,6 +65,12 @@ type Config struct {
 	FailAfter int
 	// ReadyErr is returned by Ready.
 	ReadyErr error
+
+	// EmbedDims is the length of the vectors Embed returns (default 4);
+	// EmbedErr, if set, is returned by Embed. Embed waits for Hold too,
+	// when it is set, or for its context to end.
+	EmbedDims int
+	EmbedErr  error
 }
 
 // Runtime is the fake. It is safe for concurrent use.
@@ -73,6 +80,12 @@ type Runtime struct {
 	streams []*StreamInfo
 	last    *llm.Request
 	calls   int
+
+	lastEmbed      *llm.EmbedRequest
+	embedsStarted  int
+	embedsStopped  int // ended by their context while held
+	lastCompletion *llm.CompletionRequest
+	completions    []llm.CompletionRequest // every request Complete received
 }
 
 // New returns a fake runtime behaving as cfg says.
@@ -95,7 +108,7 @@ func (r *Runtime) LastRequest() *llm.Request {
 	return cloneRequest(r.last)
 }
 
-// Calls returns how many times Chat was called.
+// Calls returns how many times Chat, Complete or Embed was called.
 func (r *Runtime) Calls() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -481,4 +494,113 @@ func clonePtr[T any](p *T) *T {
 	return &v
 }
 
-var _ llm.Runtime = (*Runtime)(nil)
+var (
+	_ llm.Runtime   = (*Runtime)(nil)
+	_ llm.Embedder  = (*Runtime)(nil)
+	_ llm.Completer = (*Runtime)(nil)
+)
+
+// Complete implements llm.Completer: it streams as Chat does for a request
+// whose one user message is the prompt and the suffix (so PromptTokens
+// counts their words), and records req for LastCompletion.
+func (r *Runtime) Complete(ctx context.Context, req *llm.CompletionRequest) (llm.Stream, error) {
+	r.mu.Lock()
+	c := *req
+	c.Options = cloneRequest(&llm.Request{Options: req.Options}).Options
+	r.lastCompletion = &c
+	r.completions = append(r.completions, c)
+	r.mu.Unlock()
+	return r.Chat(ctx, &llm.Request{Messages: []llm.Message{{Role: "user", Content: req.Prompt + " " + req.Suffix}}, Options: req.Options})
+}
+
+// Completions returns the requests Complete received, in order.
+func (r *Runtime) Completions() []llm.CompletionRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.completions)
+}
+
+// LastCompletion returns a copy of the last request Complete received, or
+// nil.
+func (r *Runtime) LastCompletion() *llm.CompletionRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastCompletion == nil {
+		return nil
+	}
+	c := *r.lastCompletion
+	return &c
+}
+
+// Embed implements llm.Embedder. Vector i of input s is s's length, then
+// i, then 0.5, 0.25, … up to the dimensions (cfg.EmbedDims, or
+// req.Dimensions when that is fewer; more is refused as a runtime that
+// cannot give them would). PromptTokens counts the inputs' words, at least
+// one per input.
+func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embeddings, error) {
+	r.mu.Lock()
+	cfg := r.cfg
+	r.calls++
+	r.lastEmbed = &llm.EmbedRequest{Input: append([]string(nil), req.Input...), Dimensions: req.Dimensions}
+	r.embedsStarted++
+	r.mu.Unlock()
+	if cfg.Hold != nil {
+		select {
+		case <-cfg.Hold:
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.embedsStopped++
+			r.mu.Unlock()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fake runtime: %w", err)
+	}
+	if cfg.EmbedErr != nil {
+		return nil, cfg.EmbedErr
+	}
+	dims := cfg.EmbedDims
+	if dims <= 0 {
+		dims = 4
+	}
+	if d := req.Dimensions; d > dims {
+		return nil, &llm.InvalidRequestError{Param: "dimensions", Msg: fmt.Sprintf("fake runtime: at most %d dimensions", dims)}
+	} else if d > 0 {
+		dims = d
+	}
+	out := &llm.Embeddings{Vectors: make([][]float32, len(req.Input))}
+	for i, s := range req.Input {
+		v := make([]float32, dims)
+		for j := range v {
+			switch j {
+			case 0:
+				v[j] = float32(len(s))
+			case 1:
+				v[j] = float32(i)
+			default:
+				v[j] = 1 / float32(int(1)<<(j-1))
+			}
+		}
+		out.Vectors[i] = v
+		out.PromptTokens += max(1, len(strings.Fields(s)))
+	}
+	return out, nil
+}
+
+// Embeds returns how many Embed calls started, and how many of them held
+// (Config.Hold) were ended by their context.
+func (r *Runtime) Embeds() (started, stopped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.embedsStarted, r.embedsStopped
+}
+
+// LastEmbed returns a copy of the last request Embed received, or nil.
+func (r *Runtime) LastEmbed() *llm.EmbedRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastEmbed == nil {
+		return nil
+	}
+	return &llm.EmbedRequest{Input: append([]string(nil), r.lastEmbed.Input...), Dimensions: r.lastEmbed.Dimensions}
+}

@@ -18,11 +18,18 @@ import (
 // (tool calls, thinking, the final line, errors, another key order or
 // whitespace) is left to encoding/json, so the two must agree on every line
 // the fast path accepts (FuzzDecodeLine checks it).
+//
+// /api/generate (legacy completions) writes the same line with the text in
+// "response" instead of a message, which the fast path takes too:
+//
+//	{"model":"…","created_at":"…","response":"…","done":false}
 const (
-	tokenLineModel   = `{"model":"`
-	tokenLineCreated = `","created_at":"`
-	tokenLineContent = `","message":{"role":"assistant","content":"`
-	tokenLineEnd     = `"},"done":false}`
+	tokenLineModel    = `{"model":"`
+	tokenLineCreated  = `","created_at":"`
+	tokenLineContent  = `","message":{"role":"assistant","content":"`
+	tokenLineEnd      = `"},"done":false}`
+	tokenLineResponse = `","response":"`
+	responseLineEnd   = `","done":false}`
 )
 
 // fastTokenLine returns the content of a token line. ok is false if line
@@ -41,10 +48,19 @@ func fastTokenLine(line []byte) (content string, ok bool) {
 		return "", false
 	}
 	i += len(tokenLineCreated)
-	if i = skipPlainString(b, i); i < 0 || !hasPrefix(b[i:], tokenLineContent) {
+	if i = skipPlainString(b, i); i < 0 {
 		return "", false
 	}
-	start := i + len(tokenLineContent)
+	var start int
+	var end string
+	switch {
+	case hasPrefix(b[i:], tokenLineContent):
+		start, end = i+len(tokenLineContent), tokenLineEnd
+	case hasPrefix(b[i:], tokenLineResponse):
+		start, end = i+len(tokenLineResponse), responseLineEnd
+	default:
+		return "", false
+	}
 	// Find the closing quote, noting what the text needs on the way.
 	escaped, ascii := false, true
 	i = start
@@ -63,7 +79,7 @@ func fastTokenLine(line []byte) (content string, ok bool) {
 			ascii = false
 		}
 	}
-	if i >= len(b) || string(b[i:]) != tokenLineEnd {
+	if i >= len(b) || string(b[i:]) != end {
 		return "", false
 	}
 	raw := b[start:i]

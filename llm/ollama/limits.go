@@ -25,6 +25,9 @@ func (b *Backend) Limits(ctx context.Context) (llm.Limits, error) {
 		return llm.Limits{}, b.apiError("show model "+b.cfg.Model, err)
 	}
 	l := limitsOf(resp)
+	if l.Capabilities != nil && !l.Can("completion") {
+		return l, nil // an embedding model: no generation to ask logprobs of
+	}
 	if l.Logprobs, err = b.answersLogprobs(ctx); err != nil {
 		return llm.Limits{}, err
 	}

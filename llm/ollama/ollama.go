@@ -88,6 +88,8 @@ type Backend struct {
 	cfg     Config
 	base    string // BaseURL without a trailing slash
 	chatURL string
+	genURL  string // /api/generate
+	embURL  string // /api/embed
 	hc      *http.Client
 	api     *api.Client
 	log     *slog.Logger
@@ -115,6 +117,8 @@ func New(cfg Config) (*Backend, error) {
 		cfg:     cfg,
 		base:    base,
 		chatURL: base + "/api/chat",
+		genURL:  base + "/api/generate",
+		embURL:  base + "/api/embed",
 		hc:      hc,
 		api:     api.NewClient(u, hc),
 		log:     log,
@@ -292,15 +296,7 @@ var keepForever = &api.Duration{Duration: -1}
 // took. The deployment is ready only after this.
 func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	stream := false
-	// A chat request without messages only loads the model.
-	err := b.api.Chat(ctx, &api.ChatRequest{
-		Model:     b.cfg.Model,
-		Messages:  []api.Message{},
-		Stream:    &stream,
-		KeepAlive: keepForever,
-	}, func(api.ChatResponse) error { return nil })
-	if err != nil {
+	if err := b.load(ctx, keepForever); err != nil {
 		return 0, b.apiError("load model "+b.cfg.Model, err)
 	}
 	took := time.Since(start)
@@ -311,17 +307,39 @@ func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 // Unload takes the model out of memory (a load request with keep_alive 0):
 // after a switch, the previous model must not keep its memory for ever.
 func (b *Backend) Unload(ctx context.Context) error {
-	stream := false
-	err := b.api.Chat(ctx, &api.ChatRequest{
-		Model:     b.cfg.Model,
-		Messages:  []api.Message{},
-		Stream:    &stream,
-		KeepAlive: &api.Duration{Duration: 0},
-	}, func(api.ChatResponse) error { return nil })
-	if err != nil {
+	if err := b.load(ctx, &api.Duration{Duration: 0}); err != nil {
 		return b.apiError("unload model "+b.cfg.Model, err)
 	}
 	return nil
+}
+
+// load sends the request that only loads the model, kept for keep: a chat
+// without messages, or for an embedding model (which Ollama refuses to
+// chat with) an embedding of nothing.
+func (b *Backend) load(ctx context.Context, keep *api.Duration) error {
+	if b.embeddingOnly(ctx) {
+		_, err := b.api.Embed(ctx, &api.EmbedRequest{Model: b.cfg.Model, KeepAlive: keep})
+		return err
+	}
+	stream := false
+	return b.api.Chat(ctx, &api.ChatRequest{
+		Model:     b.cfg.Model,
+		Messages:  []api.Message{},
+		Stream:    &stream,
+		KeepAlive: keep,
+	}, func(api.ChatResponse) error { return nil })
+}
+
+// embeddingOnly reports whether the runtime lists the model as an embedding
+// model that cannot generate. (Any failure to tell is left to the chat
+// request that follows.)
+func (b *Backend) embeddingOnly(ctx context.Context) bool {
+	resp, err := b.api.Show(ctx, &api.ShowRequest{Model: b.cfg.Model})
+	if err != nil {
+		return false
+	}
+	l := limitsOf(resp)
+	return l.Capabilities != nil && l.Can("embedding") && !l.Can("completion")
 }
 
 // Ready implements llm.Runtime: Ollama answers and has the model loaded.
@@ -367,13 +385,20 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
+	return b.generate(ctx, b.chatURL, body)
+}
+
+// generate posts body to url (/api/chat or /api/generate, whose NDJSON
+// answers the stream reads alike) and returns the stream once its first
+// line has arrived: Chat's contract.
+func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.Stream, error) {
 	// The request lives until the stream ends, past ctx while the prompt
 	// is read; cancelling it makes Ollama stop generating.
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, b.chatURL, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		cancel(nil)
-		return nil, fmt.Errorf("ollama: build chat request: %w", err)
+		return nil, fmt.Errorf("ollama: build request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "application/x-ndjson")
@@ -423,7 +448,7 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 			return nil, err
 		}
 	case <-ctx.Done():
-		return nil, b.abandon(s, first, fmt.Errorf("ollama: chat: %w", ctx.Err()))
+		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
 	case <-timeout:
 		return nil, b.abandon(s, first, fmt.Errorf("%w: model runtime at %s sent nothing within %s", llm.ErrTimeout, b.base, b.cfg.FirstByteTimeout))
 	}
@@ -473,14 +498,7 @@ func (e *abandonedError) RuntimeDone() <-chan struct{} { return e.done }
 
 // statusError turns a non-200 answer into the error the API maps to a status.
 func (b *Backend) statusError(resp *http.Response) error {
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var e struct {
-		Error string `json:"error"`
-	}
-	msg := strings.TrimSpace(string(data))
-	if json.Unmarshal(data, &e) == nil && e.Error != "" {
-		msg = e.Error
-	}
+	msg := errorMessage(resp)
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return &llm.InvalidRequestError{Msg: msg}
@@ -489,6 +507,19 @@ func (b *Backend) statusError(resp *http.Response) error {
 	default:
 		return fmt.Errorf("%w: model runtime at %s answered %s: %s", llm.ErrUnavailable, b.base, resp.Status, msg)
 	}
+}
+
+// errorMessage reads the message of an error answer: its JSON "error", or
+// the text.
+func errorMessage(resp *http.Response) string {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // chatBody encodes req as an Ollama chat request.

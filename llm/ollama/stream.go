@@ -48,7 +48,8 @@ type stream struct {
 // assembled in stream.long. The transport's own read buffer sits below it.
 const lineBufSize = 2 << 10
 
-// chatLine is the part of api.ChatResponse the stream needs. Decoding into
+// chatLine is the part of api.ChatResponse (and api.GenerateResponse) the
+// stream needs. Decoding into
 // it skips the timestamps and the lower-casing api.Message does per token,
 // and keeps tool call arguments as the model wrote them.
 type chatLine struct {
@@ -64,6 +65,9 @@ type chatLine struct {
 			} `json:"function"`
 		} `json:"tool_calls"`
 	} `json:"message"`
+	// Response is the text of an /api/generate line, where /api/chat
+	// sends message.content.
+	Response        string        `json:"response"`
 	Logprobs        []lineLogprob `json:"logprobs"`
 	Done            bool          `json:"done"`
 	DoneReason      string        `json:"done_reason"`
@@ -216,8 +220,12 @@ func (s *stream) decode(l *chatLine) error {
 	if l.Error != "" {
 		return &streamError{msg: l.Error}
 	}
-	if l.Message.Content != "" || l.Message.Thinking != "" || len(l.Message.ToolCalls) > 0 || len(l.Logprobs) > 0 {
-		ev := llm.Event{Content: l.Message.Content, Reasoning: l.Message.Thinking, Logprobs: logprobsOf(l.Logprobs)}
+	content := l.Message.Content
+	if l.Response != "" {
+		content = l.Response
+	}
+	if content != "" || l.Message.Thinking != "" || len(l.Message.ToolCalls) > 0 || len(l.Logprobs) > 0 {
+		ev := llm.Event{Content: content, Reasoning: l.Message.Thinking, Logprobs: logprobsOf(l.Logprobs)}
 		if len(l.Message.ToolCalls) > 0 {
 			s.toolCalls = true
 			ev.ToolCalls = make([]llm.ToolCall, len(l.Message.ToolCalls))

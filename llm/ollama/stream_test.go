@@ -21,6 +21,11 @@ func tokenLine(raw string) []byte {
 	return []byte(`{"model":"hearth-tiny","created_at":"2026-01-02T03:04:05.123456789Z","message":{"role":"assistant","content":"` + raw + `"},"done":false}` + "\n")
 }
 
+// responseLine is tokenLine as /api/generate writes it.
+func responseLine(raw string) []byte {
+	return []byte(`{"model":"hearth-tiny","created_at":"2026-01-02T03:04:05.123456789Z","response":"` + raw + `","done":false}` + "\n")
+}
+
 // checkFastLine fails t if the fast path accepts line but encoding/json
 // reads it differently (or not at all).
 func checkFastLine(t *testing.T, line []byte) (accepted bool) {
@@ -33,8 +38,8 @@ func checkFastLine(t *testing.T, line []byte) (accepted bool) {
 	if err := json.Unmarshal(line, &ref); err != nil {
 		t.Fatalf("fast path accepted %q, encoding/json rejects it: %v", line, err)
 	}
-	if ref.Message.Content != content {
-		t.Fatalf("line %q: fast path content %q, encoding/json %q", line, content, ref.Message.Content)
+	if ref.Message.Content+ref.Response != content || ref.Message.Content != "" && ref.Response != "" {
+		t.Fatalf("line %q: fast path content %q, encoding/json %q and response %q", line, content, ref.Message.Content, ref.Response)
 	}
 	if ref.Done || ref.Error != "" || len(ref.Message.ToolCalls) > 0 || ref.Message.Thinking != "" || ref.DoneReason != "" || ref.EvalCount != 0 {
 		t.Fatalf("fast path accepted %q, which encoding/json reads as %+v", line, ref)
@@ -55,12 +60,13 @@ func TestFastTokenLine(t *testing.T) {
 		"invalid utf8 \xff\xfe", "truncated rune \xe6\x97", "\xed\xa0\x80 encoded surrogate",
 		`\\\"`, `\\`,
 	} {
-		line := tokenLine(raw)
-		if !checkFastLine(t, line) {
-			t.Errorf("fast path declined %q", line)
-		}
-		if !checkFastLine(t, bytes.TrimSuffix(line, []byte("\n"))) {
-			t.Errorf("fast path declined %q without its newline", line)
+		for _, line := range [][]byte{tokenLine(raw), responseLine(raw)} {
+			if !checkFastLine(t, line) {
+				t.Errorf("fast path declined %q", line)
+			}
+			if !checkFastLine(t, bytes.TrimSuffix(line, []byte("\n"))) {
+				t.Errorf("fast path declined %q without its newline", line)
+			}
 		}
 	}
 	// Lines the fast path must leave to encoding/json.
@@ -86,6 +92,10 @@ func TestFastTokenLine(t *testing.T) {
 		`{"model":"m","created_at":"t","message":{"role":"assistant","content":"a\"},"done":false}`,
 		`{"model":"m","created_at":"t","message":{"role":"assistant","content":"a`,
 		`{"model":"m","created_at":"t","message":{"role":"assistant","content":"a"},"done":false`,
+		`{"model":"m","created_at":"t","response":"","done":true,"done_reason":"length","eval_count":3}`,
+		`{"model":"m","created_at":"t","response":"a","thinking":"b","done":false}`,
+		`{"model":"m","created_at":"t","response":"a"},"done":false}`,
+		`{"model":"m","created_at":"t","response":"a","done":false`,
 		``, "\n",
 	} {
 		if _, ok := fastTokenLine([]byte(line)); ok {
@@ -109,11 +119,12 @@ func FuzzDecodeLine(f *testing.F) {
 		checkFastLine(t, in)
 		// The input as the content of a token line reaches the string
 		// decoding far more often than arbitrary lines do.
-		line := tokenLine(string(in))
-		accepted := checkFastLine(t, line)
-		var want string
-		if json.Unmarshal(append(append([]byte{'"'}, in...), '"'), &want) == nil && !accepted {
-			t.Fatalf("fast path declined %q, a token line encoding/json reads as %q", line, want)
+		for _, line := range [][]byte{tokenLine(string(in)), responseLine(string(in))} {
+			accepted := checkFastLine(t, line)
+			var want string
+			if json.Unmarshal(append(append([]byte{'"'}, in...), '"'), &want) == nil && !accepted {
+				t.Fatalf("fast path declined %q, a token line encoding/json reads as %q", line, want)
+			}
 		}
 	})
 }

@@ -49,6 +49,10 @@ type Options struct {
 	Heads         int    // attention heads (default 4)
 	ContextLength int    // trained context length (default 2048)
 	Words         int    // word tokens in the vocabulary (default 400)
+	// Pooling, if set, is llama.pooling_type (1 mean, 2 CLS, 3 last): the
+	// model is then an embedding model, which Ollama lists with the
+	// "embedding" capability only and refuses to chat or generate with.
+	Pooling uint32
 }
 
 func (o Options) withDefaults() Options {
@@ -186,6 +190,9 @@ func write(f *os.File, opts Options) error {
 	}
 	tokens := Vocabulary(opts)
 	kv := metadata(opts, tokens)
+	if opts.Pooling > 0 {
+		kv["llama.pooling_type"] = opts.Pooling
+	}
 	e, ff, vocab := opts.Embedding, opts.FeedForward, len(tokens)
 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x68656172746821)) // "hearth!"
