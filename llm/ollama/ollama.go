@@ -106,7 +106,21 @@ func New(cfg Config) (*Backend, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: loopbackTransport(cfg.MaxConns)}
+		maxConns := cfg.MaxConns
+		if maxConns <= 0 {
+			maxConns = DefaultMaxConns
+		}
+		// Every stream holds a connection for as long as it runs. Keep as
+		// many idle ones as streams may run at once: a smaller pool closes
+		// the connections of streams beyond it after each answer, and the
+		// next request dials again (a TIME_WAIT socket per request under
+		// load). Connections are not capped: the daemon's admission
+		// control is the limit, and a cap would add a second, silent queue.
+		var tr http.RoundTripper = newLoopTransport(maxConns)
+		if u.Scheme != "http" {
+			tr = loopbackTransport(maxConns)
+		}
+		hc = &http.Client{Transport: tr}
 	}
 	log := cfg.Logger
 	if log == nil {
