@@ -1,6 +1,7 @@
 // Legacy completions through hearthd with the official Node SDK: the raw
 // prompt is continued for exactly max_tokens tokens (the tiny model never
-// stops by itself), as one answer and streamed with the usage chunk.
+// stops by itself), as one answer and streamed with the usage chunk, and
+// several prompts n times each.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -39,8 +40,14 @@ try {
   assert.equal(finish, 'length');
   assert.equal(usage?.completion_tokens, 4);
 
-  await assert.rejects(client.completions.create({ model, prompt: ['a', 'b'], max_tokens: 1 }),
-    (err) => err.status === 400 && err.param === 'prompt');
+  // Two prompts, two completions each: four choices in OpenAI's order.
+  const many = await client.completions.create({ model, prompt: ['a', 'b'], n: 2, max_tokens: 2 });
+  assert.deepEqual(many.choices.map((ch) => ch.index), [0, 1, 2, 3]);
+  assert.ok(many.choices.every((ch) => ch.finish_reason === 'length' && ch.text.length > 0));
+  assert.equal(many.usage.completion_tokens, 8);
+
+  await assert.rejects(client.completions.create({ model, prompt: ['a', 'b', 'c'], n: 3, max_tokens: 1 }),
+    (err) => err.status === 400 && err.param === 'n');
 } catch (err) {
   console.error(`completions.mjs: ${err.stack ?? err}`);
   process.exit(1);
