@@ -14,7 +14,7 @@ import (
 
 // The official Go SDK's Responses client, unmodified but for the base URL
 // and key, against hearthd and a real Ollama: an answer and a stream, a
-// tool round trip in the input, and a refused store.
+// tool round trip in the input, forced calls, and a refused store.
 func TestSDKResponses(t *testing.T) {
 	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
 		h := attachedTo(t, inst)
@@ -92,6 +92,45 @@ func TestSDKResponses(t *testing.T) {
 		if resp.Usage.OutputTokens != 4 || resp.OutputText() == "" {
 			t.Fatalf("round trip %s", resp.RawJSON())
 		}
+
+		// A forced call through the Responses API is constrained as chat's
+		// is: every answer is a function_call whose arguments the tool's
+		// schema accepts, streamed and not.
+		weather := compileSchema(t, weatherParams)
+		fp := responses.ResponseNewParams{
+			Model:           inst.Model,
+			Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather for the next days?")},
+			MaxOutputTokens: openai.Int(forcedMaxTokens),
+			Tools: []responses.ToolUnionParam{{OfFunction: &responses.FunctionToolParam{
+				Name: "get_weather", Parameters: weatherParams, Strict: openai.Bool(true)}}},
+			ToolChoice: responses.ResponseNewParamsToolChoiceUnion{
+				OfFunctionTool: &responses.ToolChoiceFunctionParam{Name: "get_weather"}},
+		}
+		for i := range 3 {
+			resp, err := c.Responses.New(ctx, fp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status != "completed" || len(resp.Output) != 1 || resp.Output[0].Type != "function_call" {
+				t.Fatalf("forced call %d: %s", i, resp.RawJSON())
+			}
+			fc := resp.Output[0].AsFunctionCall()
+			if fc.Name != "get_weather" || !strings.HasPrefix(fc.CallID, "call_") {
+				t.Fatalf("forced call %d: %s", i, resp.RawJSON())
+			}
+			validCall(t, "responses forced call", fc.Arguments, weather)
+		}
+		fs := c.Responses.NewStreaming(ctx, fp)
+		var args string
+		for fs.Next() {
+			if ev := fs.Current(); ev.Type == "response.function_call_arguments.done" {
+				args = ev.Arguments
+			}
+		}
+		if err := fs.Err(); err != nil {
+			t.Fatal(err)
+		}
+		validCall(t, "streamed responses forced call", args, weather)
 
 		// Nothing is stored: store true is refused, naming it.
 		p = params
