@@ -64,11 +64,12 @@ type sseBody struct {
 	conn interface{ SetWriteDeadline(time.Time) error }
 	sink streamSink
 
-	bp       *[]byte // pooled; buf is its contents
-	buf      []byte  // starts with the opening
+	bp       *[]byte // pooled, held while buf has bytes to hand over
+	buf      []byte  // *bp's contents; starts with the opening
 	off      int     // buf[off:] is not read yet
 	finished bool    // the end is in buf
-	live     int     // choices not ended yet
+	closed   bool
+	live     int // choices not ended yet
 
 	deadline time.Time
 	once     sync.Once
@@ -76,20 +77,25 @@ type sseBody struct {
 
 func newSSEBody(c *completion, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink) *sseBody {
 	b := &sseBody{c: c, conn: conn, sink: sink, live: len(c.choices)}
-	b.bp = c.api.bufs.Get().(*[]byte)
-	b.buf = sink.begin((*b.bp)[:0])
+	b.get()
+	b.buf = sink.begin(b.buf)
+	if len(b.buf) == 0 {
+		b.put()
+	}
 	b.deadline = time.Now().Add(c.api.cfg.WriteStallTimeout)
 	_ = conn.SetWriteDeadline(b.deadline)
 	return b
 }
 
-// Read hands fasthttp the next part of the stream.
+// Read hands fasthttp the next part of the stream. The pooled buffer is
+// held only while it has bytes to hand over: between tokens a stream holds
+// none (thousands of streams wait on their runtime most of the time).
 func (b *sseBody) Read(p []byte) (int, error) {
 	if b.off == len(b.buf) {
-		if b.finished || b.bp == nil {
+		if b.finished || b.closed {
 			return 0, io.EOF
 		}
-		b.buf, b.off = b.buf[:0], 0
+		b.put()
 		now := b.fill()
 		// A client that stops reading must not pin a generation slot
 		// forever: bound each write. Moving the deadline costs a timer
@@ -101,7 +107,26 @@ func (b *sseBody) Read(p []byte) (int, error) {
 	}
 	n := copy(p, b.buf[b.off:])
 	b.off += n
+	if b.off == len(b.buf) {
+		b.put()
+	}
 	return n, nil
+}
+
+// get takes a pooled buffer for the next part, put returns it.
+func (b *sseBody) get() {
+	if b.bp == nil {
+		b.bp = b.c.api.bufs.Get().(*[]byte)
+		b.buf, b.off = (*b.bp)[:0], 0
+	}
+}
+
+func (b *sseBody) put() {
+	if b.bp != nil {
+		*b.bp = b.buf[:0]
+		b.c.api.bufs.Put(b.bp)
+		b.bp, b.buf, b.off = nil, nil, 0
+	}
 }
 
 // fill appends the next burst of events to buf and returns the time the
@@ -111,6 +136,7 @@ func (b *sseBody) fill() time.Time {
 	for {
 		i, ev, err := c.stream.Recv()
 		now := time.Now() // one clock read per event, for metrics and the write deadline
+		b.get()
 		if isEOF(err) {
 			b.finished = true
 			return now
@@ -147,11 +173,10 @@ func (b *sseBody) fill() time.Time {
 // generation), and when it resets a response it never wrote.
 func (b *sseBody) Close() error {
 	b.once.Do(func() {
+		b.closed = true
 		b.c.stream.Close()
 		_ = b.conn.SetWriteDeadline(time.Time{})
-		*b.bp = b.buf[:0]
-		b.c.api.bufs.Put(b.bp)
-		b.bp, b.buf, b.off = nil, nil, 0
+		b.put()
 		b.c.done()
 	})
 	return nil
