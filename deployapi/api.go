@@ -78,6 +78,7 @@ type API struct {
 	reqPrefix string
 	reqSeq    atomic.Uint64
 	bufs      sync.Pool
+	peers     peerWatcher // each request's client socket, for its close
 }
 
 // NewAPI builds the deployment API over a runtime and a key ring, observing

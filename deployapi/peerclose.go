@@ -3,14 +3,19 @@ package deployapi
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// watchPeerClose calls onClose as soon as the client closes its end of conn.
+// watchPeerClose calls onClose as soon as the client closes its end of conn,
+// with a goroutine of its own: peerWatcher's fallback where an epoll
+// instance cannot be had.
 //
 // fasthttp has no per-request context that ends when the client goes away,
 // and a streaming response only notices a dead peer on a failed write, which
@@ -79,4 +84,159 @@ func rawConn(c net.Conn) syscall.RawConn {
 		return nil
 	}
 	return nil
+}
+
+// peerWatcher watches every request's socket for the client's close from
+// one goroutine, instead of one goroutine per request (watchPeerClose): an
+// epoll instance of its own holds the sockets (EPOLLRDHUP, one shot) and
+// sits in Go's netpoller, so the goroutine parks like any network read and
+// runs only when a client goes. The goroutine ends when nothing is watched.
+// With thousands of streams that is a goroutine stack per stream saved.
+//
+// The kernel reports EPOLLRDHUP for the FIN even with unread data queued,
+// and EPOLLHUP/EPOLLERR for a reset, so a pipelined request or a TLS alert
+// waiting in the socket proves nothing, as in watchPeerClose.
+type peerWatcher struct {
+	mu      sync.Mutex
+	ep      *os.File // the epoll instance, pollable by Go's netpoller
+	epfd    int      // ep's descriptor (ep.Fd would make it blocking)
+	wake    int      // an eventfd in ep: wakes the loop to see it is idle
+	active  map[uint32]func()
+	next    uint32
+	running bool
+	err     error // setting up failed: watch falls back to watchPeerClose
+}
+
+// wakeID is the eventfd's id in ep; sockets get ids from 1.
+const wakeID = 0
+
+func (w *peerWatcher) setup() error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll_create1: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("epoll non-blocking: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeID}); err != nil {
+		unix.Close(epfd)
+		unix.Close(wake)
+		return fmt.Errorf("epoll_ctl eventfd: %w", err)
+	}
+	// A non-blocking descriptor becomes a pollable File: an epoll
+	// instance is readable while it has events ready.
+	w.ep, w.epfd, w.wake, w.active = os.NewFile(uintptr(epfd), "peer-watch"), epfd, wake, map[uint32]func(){}
+	return nil
+}
+
+// watch calls onClose as soon as the client closes its end of conn. The
+// returned stop must be called before conn is closed (its descriptor
+// could be reused) and before it is read again; onClose may still run
+// once if the close and stop cross.
+func (w *peerWatcher) watch(conn net.Conn, onClose func()) (stop func()) {
+	rc := rawConn(conn)
+	if rc == nil {
+		return func() {}
+	}
+	w.mu.Lock()
+	if w.ep == nil && w.err == nil {
+		w.err = w.setup()
+	}
+	if w.err != nil {
+		w.mu.Unlock()
+		return watchPeerClose(conn, onClose)
+	}
+	id := w.nextID()
+	fd := -1
+	var addErr error
+	err := rc.Control(func(s uintptr) {
+		fd = int(s)
+		addErr = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd,
+			&unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(id)})
+	})
+	if err != nil || addErr != nil {
+		w.mu.Unlock()
+		return watchPeerClose(conn, onClose)
+	}
+	w.active[id] = onClose
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.active, id)
+		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+		idle := len(w.active) == 0
+		w.mu.Unlock()
+		if idle {
+			var one [8]byte
+			one[0] = 1 // native endianness: amd64 and arm64 are little-endian
+			_, _ = unix.Write(w.wake, one[:])
+		}
+	}
+}
+
+// nextID returns an id no active watch has; w.mu is held.
+func (w *peerWatcher) nextID() uint32 {
+	for {
+		w.next++
+		if _, used := w.active[w.next]; w.next != wakeID && !used {
+			return w.next
+		}
+	}
+}
+
+// loop runs the callbacks of closed sockets until nothing is watched.
+func (w *peerWatcher) loop() {
+	rc, err := w.ep.SyscallConn()
+	if err != nil {
+		w.mu.Lock()
+		w.running = false
+		w.mu.Unlock()
+		return
+	}
+	evs := make([]unix.EpollEvent, 64)
+	var fired []func()
+	for {
+		fired = fired[:0]
+		err := rc.Read(func(epfd uintptr) bool {
+			n, err := unix.EpollWait(int(epfd), evs, 0)
+			if err != nil || n <= 0 {
+				return false // nothing ready: park until ep is readable
+			}
+			w.mu.Lock()
+			for _, ev := range evs[:n] {
+				id := uint32(ev.Fd)
+				if id == wakeID {
+					var b [8]byte
+					_, _ = unix.Read(w.wake, b[:])
+					continue
+				}
+				if f, ok := w.active[id]; ok {
+					delete(w.active, id)
+					fired = append(fired, f)
+				}
+			}
+			w.mu.Unlock()
+			return true
+		})
+		for _, f := range fired {
+			f()
+		}
+		w.mu.Lock()
+		if err != nil || len(w.active) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+	}
 }

@@ -1,0 +1,97 @@
+package deployapi
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+func TestPeerWatcherSeesTheClientGo(t *testing.T) {
+	var w peerWatcher
+	const n = 3
+	clients, closed := make([]net.Conn, n), make([]chan struct{}, n)
+	stops := make([]func(), n)
+	for i := range n {
+		c, s := tcpPair(t)
+		clients[i], closed[i] = c, make(chan struct{})
+		ch := closed[i]
+		stops[i] = w.watch(s, func() { close(ch) })
+	}
+	// Bytes waiting in the socket (a pipelined request) are not a close.
+	if _, err := clients[0].Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	clients[1].Close()
+	select {
+	case <-closed[1]:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the closed client was not noticed")
+	}
+	// The one with data waiting is still watched: its close is noticed
+	// too, though the bytes are still unread.
+	select {
+	case <-closed[0]:
+		t.Fatal("a client that sent bytes was taken for closed")
+	default:
+	}
+	clients[0].Close()
+	select {
+	case <-closed[0]:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a close behind unread bytes was not noticed")
+	}
+	// A stopped watch calls nothing, and the loop ends once nothing is
+	// watched.
+	stops[2]()
+	clients[2].Close()
+	for _, stop := range stops[:2] {
+		stop()
+	}
+	testutil.WaitFor(t, 10*time.Second, "the idle watch loop to end", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return !w.running
+	})
+	select {
+	case <-closed[2]:
+		t.Fatal("a stopped watch called its callback")
+	default:
+	}
+	// It starts again for the next watch.
+	c, s := tcpPair(t)
+	again := make(chan struct{})
+	defer w.watch(s, func() { close(again) })()
+	c.Close()
+	select {
+	case <-again:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watch after an idle spell was not noticed")
+	}
+}
