@@ -11,6 +11,7 @@ package control
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -368,6 +369,29 @@ func (m *mutation) node(id string) (*nodeRec, error) {
 	m.nodes[id] = &n
 	m.orig[id] = freeKey(&n)
 	return &n, nil
+}
+
+// loadNodes reads the nodes of ids this change has not read yet, all at
+// once (one round trip on a database, where node per id would cost one
+// each: a sweep touches every node that reported). Missing nodes are
+// skipped; node reports them as not found.
+func (m *mutation) loadNodes(ids []string) error {
+	keys := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := m.nodes[id]; !ok {
+			keys = append(keys, pfxNode+id)
+		}
+	}
+	return store.GetMany(m.s.st, keys, func(key string, val []byte) error {
+		var n nodeRec
+		if err := json.Unmarshal(val, &n); err != nil {
+			return fmt.Errorf("decode %s: %w", key, err)
+		}
+		id := key[len(pfxNode):]
+		m.nodes[id] = &n
+		m.orig[id] = freeKey(&n)
+		return nil
+	})
 }
 
 // saveNode marks a node edited in this change, to be written at commit.

@@ -60,6 +60,16 @@ func (s *Server) sweepLocked() error {
 func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
 	seen := takeTimes(&s.seenMu, &s.lastSeen)
 	reported := takeTimes(&s.seenMu, &s.reported)
+	ids := make([]string, 0, len(seen)+len(reported))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	for id := range reported {
+		ids = append(ids, id)
+	}
+	if err := m.loadNodes(ids); err != nil {
+		return false, err
+	}
 	dirty := false
 	for _, tt := range []struct {
 		times map[string]time.Time

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -76,6 +77,36 @@ type AsyncCommitter interface {
 // batch commits.
 type Notifier interface {
 	Notify(payload string)
+}
+
+// MultiGetter is implemented by stores that read many keys at once: a
+// database in one round trip, where a Get per key would cost one each.
+type MultiGetter interface {
+	// GetMany calls fn with the raw record of every key of keys that
+	// exists, in no particular order; missing keys are skipped.
+	GetMany(keys []string, fn func(key string, val []byte) error) error
+}
+
+// GetMany reads many records through kv's MultiGetter, or with a Get per
+// key for a store without one (an embedded store reads locally anyway).
+func GetMany(kv KV, keys []string, fn func(key string, val []byte) error) error {
+	if mg, ok := kv.(MultiGetter); ok {
+		return mg.GetMany(keys, fn)
+	}
+	for _, k := range keys {
+		var raw json.RawMessage
+		err := kv.Get(k, &raw)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(k, raw); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ErrUnavailable is the error a store returns when its database cannot be

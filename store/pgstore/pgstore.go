@@ -184,6 +184,37 @@ func (s *Store) Get(key string, v any) error {
 	return nil
 }
 
+// GetMany reads the records of keys in one query (store.MultiGetter).
+func (s *Store) GetMany(keys []string, fn func(key string, val []byte) error) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ks := make([][]byte, len(keys))
+	for i, k := range keys {
+		ks[i] = []byte(k)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "SELECT k, v FROM hearth_kv WHERE k = ANY($1)", ks)
+	if err != nil {
+		return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+		}
+		if err := fn(string(k), v); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+	}
+	return nil
+}
+
 // Has reports whether key exists.
 func (s *Store) Has(key string) (bool, error) {
 	ctx, cancel := s.ctx()
@@ -387,13 +418,31 @@ func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
-	var pb pgx.Batch
-	for _, o := range b.ops {
-		if o.del {
-			pb.Queue("DELETE FROM hearth_kv WHERE k = $1", o.k)
-		} else {
-			pb.Queue("INSERT INTO hearth_kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = excluded.v", o.k, o.v)
+	// The batch's final value of each key, in two statements whatever its
+	// size (a sweep writes thousands of records): one upsert of arrays and
+	// one delete. Later writes of a key win, as in Pebble's batches.
+	last := make(map[string]int, len(b.ops))
+	for i, o := range b.ops {
+		last[string(o.k)] = i
+	}
+	var putK, putV, delK [][]byte
+	for i, o := range b.ops {
+		if last[string(o.k)] != i {
+			continue
 		}
+		if o.del {
+			delK = append(delK, o.k)
+		} else {
+			putK, putV = append(putK, o.k), append(putV, o.v)
+		}
+	}
+	var pb pgx.Batch
+	if len(delK) > 0 {
+		pb.Queue("DELETE FROM hearth_kv WHERE k = ANY($1)", delK)
+	}
+	if len(putK) > 0 {
+		pb.Queue("INSERT INTO hearth_kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) "+
+			"ON CONFLICT (k) DO UPDATE SET v = excluded.v", putK, putV)
 	}
 	if !s.crdb {
 		for _, n := range b.notes {

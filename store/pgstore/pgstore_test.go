@@ -321,3 +321,43 @@ func TestBadURL(t *testing.T) {
 		t.Fatalf("error shows the password: %q", err)
 	}
 }
+
+// A batch's last write of a key wins, whatever mix of puts and deletes
+// came before it, as in Pebble's batches; GetMany reads many keys at once
+// and skips the missing.
+func TestBatchLastWriteWinsAndGetMany(t *testing.T) {
+	st := open(t, pg.Get(t).NewDatabase(t))
+	if err := st.Put("gone", "old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put("back", "old"); err != nil {
+		t.Fatal(err)
+	}
+	b := st.NewBatch()
+	for _, step := range []func() error{
+		func() error { return b.Put("twice", "first") },
+		func() error { return b.Put("twice", "second") },
+		func() error { return b.Put("gone", "new") },
+		func() error { b.Delete("gone"); return nil },
+		func() error { b.Delete("back"); return nil },
+		func() error { return b.Put("back", "again") },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	err := store.GetMany(st, []string{"twice", "gone", "back", "never"}, func(k string, v []byte) error {
+		got[k] = string(v)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"twice": `"second"`, "back": `"again"`}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("GetMany = %v, want %v", got, want)
+	}
+}
