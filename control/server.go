@@ -225,14 +225,15 @@ func New(cfg Config) (*Server, error) {
 // be called more than once; later calls do nothing.
 func (s *Server) lock(ctx context.Context) (unlock func() error, err error) {
 	s.mu.Lock()
-	w, release, err := store.Lock(ctx, s.st)
+	w, release, err := store.Lock(ctx, s.st, keyRevision)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("take the change lock: %w", err)
 	}
 	if s.shared != nil || s.rev == 0 {
 		var rev uint64
-		if err := s.st.Get(keyRevision, &rev); err != nil && !errors.Is(err, store.ErrNotFound) {
+		// Read with the lock, in its round trip, on a database.
+		if err := w.Get(keyRevision, &rev); err != nil && !errors.Is(err, store.ErrNotFound) {
 			release()
 			s.mu.Unlock()
 			return nil, fmt.Errorf("load revision: %w", err)

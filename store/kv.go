@@ -54,8 +54,10 @@ type Shared interface {
 	// ctx ends, and returns the store to write through while it is held:
 	// its first committed batch commits in the lock's own transaction, so
 	// a holder whose lock was lost (its connection dropped) cannot commit.
-	// unlock must be called exactly once.
-	Lock(ctx context.Context) (w KV, unlock func(), err error)
+	// unlock must be called exactly once. The records of read are read
+	// with the lock (in its round trip, on a database): reads of them
+	// through w cost nothing until w's first batch commits.
+	Lock(ctx context.Context, read ...string) (w KV, unlock func(), err error)
 	// Listen calls fn with the payload of every Notify committed by any
 	// process, until ctx ends; it reconnects by itself after an outage and
 	// calls fn with "" after each reconnect (notifications may have been
@@ -142,9 +144,9 @@ func EncodeJSON(key string, v any) ([]byte, error) {
 // Lock takes kv's writer lock if it is Shared and returns the store to
 // write through until unlock. An embedded store has one process, whose own
 // mutex is the lock: it is returned as is.
-func Lock(ctx context.Context, kv KV) (w KV, unlock func(), err error) {
+func Lock(ctx context.Context, kv KV, read ...string) (w KV, unlock func(), err error) {
 	if sh, ok := kv.(Shared); ok {
-		return sh.Lock(ctx)
+		return sh.Lock(ctx, read...)
 	}
 	return kv, func() {}, nil
 }

@@ -378,8 +378,8 @@ func (b *batch) Commit() error {
 		return nil
 	}
 	if b.sec != nil {
-		if tx := b.sec.take(); tx != nil {
-			return b.s.commitIn(tx, b)
+		if conn := b.sec.take(); conn != nil {
+			return b.s.commitIn(conn, b, false)
 		}
 	}
 	// A batch of its own decided nothing from reads, so a serialisation
@@ -394,15 +394,15 @@ func (b *batch) Commit() error {
 }
 
 // commitOwn commits the batch in a transaction of its own that takes the
-// writer lock.
+// writer lock: BEGIN, the lock, the writes and COMMIT in one round trip.
 func (b *batch) commitOwn() error {
 	ctx, cancel := b.s.ctx()
 	defer cancel()
-	tx, err := b.s.pool.BeginTx(ctx, lockedTx)
+	conn, err := b.s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
-	return b.s.commitIn(tx, b)
+	return b.s.commitIn(conn, b, true)
 }
 
 // isRetryable reports a serialisation failure: nothing was committed and
@@ -412,12 +412,23 @@ func isRetryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
-// commitIn applies the batch in tx, which holds the writer lock, and
-// commits it.
-func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
+// Statements that open a transaction holding the writer lock.
+const (
+	beginSQL = "BEGIN"
+	lockSQL  = "SELECT id FROM hearth_lock WHERE id = 1 FOR UPDATE"
+)
+
+// commitIn applies the batch on conn and commits it, in one round trip:
+// the statements are pipelined with COMMIT after them (if one fails,
+// PostgreSQL skips the rest up to the pipeline's end, COMMIT included).
+// With begin, conn holds no transaction yet and the pipeline opens one
+// that takes the writer lock; otherwise conn's transaction holds it. conn
+// is released either way; one left inside a transaction (a failure) is
+// closed by the pool rather than reused.
+func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
+	defer conn.Release()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after Commit
 	// The batch's final value of each key, in two statements whatever its
 	// size (a sweep writes thousands of records): one upsert of arrays and
 	// one delete. Later writes of a key win, as in Pebble's batches.
@@ -437,6 +448,10 @@ func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
 		}
 	}
 	var pb pgx.Batch
+	if begin {
+		pb.Queue(beginSQL)
+		pb.Queue(lockSQL)
+	}
 	if len(delK) > 0 {
 		pb.Queue("DELETE FROM hearth_kv WHERE k = ANY($1)", delK)
 	}
@@ -449,33 +464,32 @@ func (s *Store) commitIn(tx pgx.Tx, b *batch) error {
 			pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
 		}
 	}
-	if err := tx.SendBatch(ctx, &pb).Close(); err != nil {
+	pb.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, &pb).Close(); err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", classify(err))
+	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+		// COMMIT of a failed transaction answers ROLLBACK, not an error.
+		return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 	}
 	return nil
 }
 
-// lockedTx begins a transaction that holds the writer lock: BEGIN and the
-// row lock go in one round trip (a multi-statement simple query), since a
-// change holds the lock for its round trips and the lock bounds the rate
-// of changes fleet-wide.
-var lockedTx = pgx.TxOptions{BeginQuery: "BEGIN; SELECT id FROM hearth_lock WHERE id = 1 FOR UPDATE"}
-
-// section is a held writer lock: a transaction that has locked the row and
-// that the section's first batch commits in.
+// section is a held writer lock: a connection inside a transaction that
+// has locked the row, and that the section's first batch commits in.
 type section struct {
-	s  *Store
-	tx pgx.Tx
+	s    *Store
+	conn *pgxpool.Conn
+	// read are the records read when the lock was taken, nil for a key
+	// that does not exist: valid until the section's batch commits.
+	read map[string][]byte
 }
 
-// take hands the lock's transaction to a committing batch, once.
-func (sec *section) take() pgx.Tx {
-	tx := sec.tx
-	sec.tx = nil
-	return tx
+// take hands the lock's connection to a committing batch, once.
+func (sec *section) take() *pgxpool.Conn {
+	conn := sec.conn
+	sec.conn = nil
+	return conn
 }
 
 // Lock takes the writer lock and returns a view of the store whose first
@@ -486,28 +500,93 @@ func (sec *section) take() pgx.Tx {
 // A process runs one section at a time (the control plane holds its own
 // mutex around it): a waiting Lock holds a pooled connection, and the
 // holder's reads need another.
-func (s *Store) Lock(ctx context.Context) (store.KV, func(), error) {
+//
+// The records of read are read in the same round trip as the lock (BEGIN,
+// the row lock and the read are pipelined), and reads of them through the
+// view cost nothing until its batch commits.
+func (s *Store) Lock(ctx context.Context, read ...string) (store.KV, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, s.op)
 	defer cancel()
-	tx, err := s.pool.BeginTx(ctx, lockedTx)
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
 	}
-	sec := &section{s: s, tx: tx}
+	sec := &section{s: s, conn: conn, read: make(map[string][]byte, len(read))}
+	if err := sec.begin(ctx, read); err != nil {
+		conn.Release() // inside a failed transaction: the pool closes it
+		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+	}
 	unlock := func() {
-		if tx := sec.take(); tx != nil {
+		if conn := sec.take(); conn != nil {
 			ctx, cancel := s.ctx()
 			defer cancel()
-			_ = tx.Rollback(ctx)
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+			conn.Release()
 		}
 	}
 	return &view{Store: s, sec: sec}, unlock, nil
+}
+
+// begin opens the section's transaction, takes the lock and reads keys,
+// in one round trip.
+func (sec *section) begin(ctx context.Context, keys []string) error {
+	var pb pgx.Batch
+	pb.Queue(beginSQL)
+	pb.Queue(lockSQL)
+	ks := make([][]byte, len(keys))
+	for i, k := range keys {
+		ks[i] = []byte(k)
+		sec.read[k] = nil
+	}
+	if len(keys) > 0 {
+		pb.Queue("SELECT k, v FROM hearth_kv WHERE k = ANY($1)", ks)
+	}
+	br := sec.conn.SendBatch(ctx, &pb)
+	defer br.Close()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	if len(keys) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k, v []byte
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return err
+			}
+			sec.read[string(k)] = v
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return br.Close()
 }
 
 // view is a Store whose batches commit in a held section.
 type view struct {
 	*Store
 	sec *section
+}
+
+// Get serves a record read with the lock while the section is open.
+func (v *view) Get(key string, val any) error {
+	if raw, ok := v.sec.read[key]; ok && v.sec.conn != nil {
+		if raw == nil {
+			return store.ErrNotFound
+		}
+		if err := json.Unmarshal(raw, val); err != nil {
+			return fmt.Errorf("decode %q: %w", key, err)
+		}
+		return nil
+	}
+	return v.Store.Get(key, val)
 }
 
 func (v *view) NewBatch() store.Batch { return &batch{s: v.Store, sec: v.sec} }

@@ -361,3 +361,33 @@ func TestBatchLastWriteWinsAndGetMany(t *testing.T) {
 		t.Fatalf("GetMany = %v, want %v", got, want)
 	}
 }
+
+// Records read with the lock come back through the view until its batch
+// commits; afterwards the view reads the database again.
+func TestLockReads(t *testing.T) {
+	st := open(t, pg.Get(t).NewDatabase(t))
+	if err := st.Put("rev", 7); err != nil {
+		t.Fatal(err)
+	}
+	w, unlock, err := st.Lock(context.Background(), "rev", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	var rev int
+	if err := w.Get("rev", &rev); err != nil || rev != 7 {
+		t.Fatalf("rev = %d, %v; want 7", rev, err)
+	}
+	if err := w.Get("none", &rev); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing key read with the lock: %v, want ErrNotFound", err)
+	}
+	if err := w.Put("rev", 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Get("rev", &rev); err != nil || rev != 8 {
+		t.Fatalf("after the commit rev = %d, %v; want 8", rev, err)
+	}
+	if err := st.Get("rev", &rev); err != nil || rev != 8 {
+		t.Fatalf("the store reads rev = %d, %v; want 8", rev, err)
+	}
+}
