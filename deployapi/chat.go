@@ -334,23 +334,13 @@ func finishReason(r string, sawToolCalls bool) string {
 // when its generation ends; usage (when asked for) and [DONE] follow the
 // last.
 type chatSink struct {
-	enc          *openai.ChunkEncoder
-	encs         []*openai.ChunkEncoder // per choice; encs[0] is enc when n is 1
-	one          [1]*openai.ChunkEncoder
-	includeUsage bool
-	logprobs     bool
+	choiceSink[*openai.ChunkEncoder]
+	logprobs bool
 }
 
 func newChatSink(enc *openai.ChunkEncoder, n int, includeUsage, logprobs bool) *chatSink {
-	k := &chatSink{enc: enc, includeUsage: includeUsage, logprobs: logprobs}
-	k.one[0] = enc
-	k.encs = k.one[:]
-	if n > 1 {
-		k.encs = make([]*openai.ChunkEncoder, n)
-		for i := range k.encs {
-			k.encs[i] = enc.ForChoice(i)
-		}
-	}
+	k := &chatSink{logprobs: logprobs}
+	k.init(enc, n, includeUsage)
 	return k
 }
 
@@ -377,19 +367,4 @@ func (k *chatSink) event(dst []byte, c *completion, i int, ev *llm.Event) []byte
 		dst = e.AppendToolCalls(dst, ev.ToolCalls, c.choices[i].toolCalls-len(ev.ToolCalls))
 	}
 	return dst
-}
-
-func (k *chatSink) choiceEnd(dst []byte, c *completion, i int) []byte {
-	return k.encs[i].AppendFinish(dst, c.choices[i].finish)
-}
-
-func (k *chatSink) finish(dst []byte, c *completion) []byte {
-	if k.includeUsage {
-		dst = k.enc.AppendUsage(dst, c.usage())
-	}
-	return k.enc.AppendDone(dst)
-}
-
-func (k *chatSink) fail(dst []byte, e *openai.Error) []byte {
-	return k.enc.AppendDone(k.enc.AppendError(dst, e))
 }

@@ -126,22 +126,12 @@ func (c *completion) respondText(ctx *fasthttp.RequestCtx) {
 // headers go out at once all the same, so the client knows it was
 // admitted before the first token.
 type textSink struct {
-	enc          *openai.TextChunkEncoder
-	encs         []*openai.TextChunkEncoder
-	one          [1]*openai.TextChunkEncoder
-	includeUsage bool
+	choiceSink[*openai.TextChunkEncoder]
 }
 
 func newTextSink(enc *openai.TextChunkEncoder, n int, includeUsage bool) *textSink {
-	k := &textSink{enc: enc, includeUsage: includeUsage}
-	k.one[0] = enc
-	k.encs = k.one[:]
-	if n > 1 {
-		k.encs = make([]*openai.TextChunkEncoder, n)
-		for i := range k.encs {
-			k.encs[i] = enc.ForChoice(i)
-		}
-	}
+	k := &textSink{}
+	k.init(enc, n, includeUsage)
 	return k
 }
 
@@ -152,19 +142,4 @@ func (k *textSink) event(dst []byte, _ *completion, i int, ev *llm.Event) []byte
 		dst = k.encs[i].AppendText(dst, ev.Content)
 	}
 	return dst
-}
-
-func (k *textSink) choiceEnd(dst []byte, c *completion, i int) []byte {
-	return k.encs[i].AppendFinish(dst, c.choices[i].finish)
-}
-
-func (k *textSink) finish(dst []byte, c *completion) []byte {
-	if k.includeUsage {
-		dst = k.enc.AppendUsage(dst, c.usage())
-	}
-	return k.enc.AppendDone(dst)
-}
-
-func (k *textSink) fail(dst []byte, e *openai.Error) []byte {
-	return k.enc.AppendDone(k.enc.AppendError(dst, e))
 }

@@ -3,7 +3,6 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 
@@ -63,7 +62,7 @@ func completionOptions(d *completionDecoder) *llm.Options { return &d.Runtime.Op
 var completionFields = newFields("", slices.Concat(
 	[]field[completionDecoder]{
 		required("model", func(d *completionDecoder, raw json.RawMessage, param string) (e *Error) {
-			d.Model, e = deployedModel(raw, param, d.modelID)
+			d.Model, e = decodeModel(raw, param, d.modelID)
 			return e
 		}),
 		required("prompt", func(d *completionDecoder, raw json.RawMessage, param string) (e *Error) {
@@ -71,10 +70,7 @@ var completionFields = newFields("", slices.Concat(
 			return e
 		}),
 		optional("suffix", set(asString, func(d *completionDecoder) *string { return &d.Runtime.Suffix })),
-		optional("max_tokens", setPtr(func(raw []byte, param string) (int, *Error) {
-			n, e := asInt(raw, param, 1, math.MaxInt32)
-			return int(n), e
-		}, func(d *completionDecoder) **int { return &d.Runtime.Options.MaxTokens })),
+		optional("max_tokens", setPtr(maxTokens, func(d *completionDecoder) **int { return &d.Runtime.Options.MaxTokens })),
 	},
 	sampling(completionOptions),
 	[]field[completionDecoder]{

@@ -47,7 +47,7 @@ type embeddingsDecoder struct {
 // request, as chatFields is for chat.
 var embeddingsFields = newFields("",
 	required("model", func(d *embeddingsDecoder, raw json.RawMessage, param string) (e *Error) {
-		d.Model, e = deployedModel(raw, param, d.modelID)
+		d.Model, e = decodeModel(raw, param, d.modelID)
 		return e
 	}),
 	required("input", func(d *embeddingsDecoder, raw json.RawMessage, param string) (e *Error) {
@@ -76,18 +76,6 @@ var embeddingsFields = newFields("",
 	}),
 	optional("user", ignoredString[embeddingsDecoder]),
 )
-
-// deployedModel decodes model, which must name the deployment's model.
-func deployedModel(raw []byte, param, modelID string) (string, *Error) {
-	m, e := asString(raw, param)
-	if e != nil {
-		return "", e
-	}
-	if m != modelID {
-		return "", ModelNotFound(m)
-	}
-	return m, nil
-}
 
 // decodeEmbeddingInput decodes input: a non-empty string, or an array of
 // 1 to MaxEmbeddingInputs non-empty strings. Token arrays (arrays of
