@@ -80,9 +80,9 @@ func apiKeyOut(k apiKeyRec, u nodeapi.KeyUsage) apiKeyJSON {
 }
 
 // usageOf is a key's last reported usage (zero if none yet).
-func (s *Server) usageOf(id string) (nodeapi.KeyUsage, error) {
+func usageOf(rd store.KV, id string) (nodeapi.KeyUsage, error) {
 	var u nodeapi.KeyUsage
-	if err := s.st.Get(pfxAPIKeyUsage+id, &u); err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err := rd.Get(pfxAPIKeyUsage+id, &u); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return u, fmt.Errorf("load usage of %s: %w", id, err)
 	}
 	return u, nil
@@ -184,7 +184,7 @@ func (s *Server) listAPIKeys(r *http.Request, rc *reqCtx) (result, error) {
 		if err := json.Unmarshal(val, &rec); err != nil {
 			return nil, false, err
 		}
-		u, err := s.usageOf(rec.ID)
+		u, err := usageOf(s.st, rec.ID)
 		if err != nil {
 			return nil, false, err
 		}
@@ -216,7 +216,7 @@ func (s *Server) getAPIKey(r *http.Request, rc *reqCtx) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	u, err := s.usageOf(rec.ID)
+	u, err := usageOf(s.st, rec.ID)
 	if err != nil {
 		return result{}, err
 	}
@@ -250,9 +250,9 @@ func removeAPIKey(m *mutation, k apiKeyRec) {
 
 // desiredAPIKeys lists a server's keys for its node, oldest first, without
 // those expired at now.
-func (s *Server) desiredAPIKeys(serverID string, now time.Time) ([]nodeapi.APIKey, error) {
+func desiredAPIKeys(rd store.KV, serverID string, now time.Time) ([]nodeapi.APIKey, error) {
 	out := []nodeapi.APIKey{}
-	err := store.ScanJSON(s.st, pfxAPIKey+serverID+"/", func(_ string, k apiKeyRec) (bool, error) {
+	err := store.ScanJSON(rd, pfxAPIKey+serverID+"/", func(_ string, k apiKeyRec) (bool, error) {
 		if !k.expired(now) {
 			out = append(out, nodeapi.APIKey{ID: k.ID, Name: k.Name, Hash: k.Hash, ExpiresAt: k.ExpiresAt,
 				RequestsPerMinute: k.RequestsPerMinute, TokensPerMinute: k.TokensPerMinute})
@@ -273,13 +273,13 @@ func (s *Server) recordUsage(m *mutation, serverID string, usage []nodeapi.KeyUs
 		if !validID(u.ID, prefixAPIKey) {
 			continue
 		}
-		switch own, err := s.st.Has(pfxAPIKeyID + serverID + "/" + u.ID); {
+		switch own, err := m.r.Has(pfxAPIKeyID + serverID + "/" + u.ID); {
 		case err != nil:
 			return fmt.Errorf("look up API key %s: %w", u.ID, err)
 		case !own:
 			continue
 		}
-		prev, err := s.usageOf(u.ID)
+		prev, err := usageOf(m.r, u.ID)
 		if err != nil {
 			return err
 		}

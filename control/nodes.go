@@ -105,9 +105,10 @@ func (s *Server) nodeInternal(w http.ResponseWriter, err error) {
 }
 
 // authNode resolves the node credential to its node ID and records the
-// node's last-seen time. It returns the node record it read, which a
-// report that takes no lock uses as is.
-func (s *Server) authNode(r *http.Request) (string, *nodeRec, *apiError) {
+// node's last-seen time. It returns the node record it read through rd,
+// which a report that takes no lock uses as is. rd may lag a moment (a
+// node just deleted is refused a moment later), never by more.
+func (s *Server) authNode(r *http.Request, rd store.KV) (string, *nodeRec, *apiError) {
 	cred := bearer(r)
 	unauthorized := &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: "missing or invalid node credential"}
 	if !strings.HasPrefix(cred, secretNode) {
@@ -121,7 +122,7 @@ func (s *Server) authNode(r *http.Request) (string, *nodeRec, *apiError) {
 	s.credMu.Unlock()
 	if !known {
 		// A database out of reach must not look like a revoked credential.
-		if err := s.st.Get(pfxNodeCred+h, &id); err != nil {
+		if err := rd.Get(pfxNodeCred+h, &id); err != nil {
 			if ae := storeFailure(err); ae != nil {
 				return "", nil, ae
 			}
@@ -129,7 +130,7 @@ func (s *Server) authNode(r *http.Request) (string, *nodeRec, *apiError) {
 		}
 	}
 	var n nodeRec
-	if err := s.st.Get(pfxNode+id, &n); err != nil || !hashesEqual(n.CredentialHash, h) {
+	if err := rd.Get(pfxNode+id, &n); err != nil || !hashesEqual(n.CredentialHash, h) {
 		if ae := storeFailure(err); ae != nil {
 			return "", nil, ae
 		}
@@ -166,7 +167,11 @@ const longPollWriteMargin = 30 * time.Second
 // revision is newer than ?after=, or 204 after ?wait= seconds (at most
 // MaxLongPoll) with nothing newer.
 func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
-	id, _, e := s.authNode(r)
+	// The node's own reads may lag a moment behind the newest commit: the
+	// change that a lagging read missed wakes this long-poll again once
+	// it has arrived here (its invalidation comes before its wake-up).
+	rd := store.Lagging(s.st)
+	id, _, e := s.authNode(r, rd)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -200,15 +205,15 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 		// Take the watcher before reading, so a change committed between
 		// the read and the wait still wakes us.
 		ch := s.watcher(id)
-		d, err := s.desired(id)
+		// A revision below the node's means the state was rolled back (a
+		// backup restored): the node is sent the state in force at once,
+		// instead of waiting for revisions to pass its own again.
+		d, changed, err := s.desired(rd, id, after)
 		if err != nil {
 			s.nodeInternal(w, err)
 			return
 		}
-		// A revision below the node's means the state was rolled back (a
-		// backup restored): the node is sent the state in force at once,
-		// instead of waiting for revisions to pass its own again.
-		if d.Revision != after {
+		if changed {
 			writeJSON(w, http.StatusOK, d)
 			return
 		}
@@ -227,14 +232,25 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// desired assembles a node's desired state at one consistent revision.
-func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
+// desired assembles a node's desired state, read through rd, if its
+// revision is not after (the node has it already). The node record is read
+// first, so the rest is never older than the revision it is sent with.
+func (s *Server) desired(rd store.KV, nodeID string, after uint64) (d nodeapi.Desired, changed bool, _ error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var n nodeRec
-	if err := s.st.Get(pfxNode+nodeID, &n); err != nil {
-		return nodeapi.Desired{}, fmt.Errorf("load node %s: %w", nodeID, err)
+	if err := rd.Get(pfxNode+nodeID, &n); err != nil {
+		return d, false, fmt.Errorf("load node %s: %w", nodeID, err)
 	}
+	if n.Revision == after {
+		return d, false, nil
+	}
+	d, err := s.assemble(rd, n)
+	return d, err == nil, err
+}
+
+// assemble builds the desired state of node n.
+func (s *Server) assemble(rd store.KV, n nodeRec) (nodeapi.Desired, error) {
 	d := nodeapi.Desired{NodeID: n.ID, Revision: n.Revision, SSHKeys: []sshkeys.Key{}, FirewallRules: []firewall.Rule{},
 		APIKeys: []nodeapi.APIKey{}}
 	if n.ServerID == "" {
@@ -243,7 +259,7 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 		return d, nil
 	}
 	var srv serverRec
-	if err := s.st.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
+	if err := rd.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
 		return nodeapi.Desired{}, fmt.Errorf("load server %s: %w", n.ServerID, err)
 	}
 	out := s.serverJSON(srv, true)
@@ -258,7 +274,7 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 	}
 	for _, kid := range srv.SSHKeyIDs {
 		var k sshKeyRec
-		if err := s.st.Get(keysOf(srv.Project).sshKey(kid), &k); err != nil {
+		if err := rd.Get(keysOf(srv.Project).sshKey(kid), &k); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
@@ -267,7 +283,7 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 		d.SSHKeys = append(d.SSHKeys, sshkeys.Key{ID: k.ID, PublicKey: k.PublicKey, Fingerprint: k.Fingerprint})
 	}
 	// Oldest first: the order in which the rules were added.
-	err := store.ScanJSON(s.st, pfxRule+srv.ID+"/", func(_ string, r ruleRec) (bool, error) {
+	err := store.ScanJSON(rd, pfxRule+srv.ID+"/", func(_ string, r ruleRec) (bool, error) {
 		rule := r.Rule
 		rule.ID = r.ID
 		d.FirewallRules = append(d.FirewallRules, rule)
@@ -276,7 +292,7 @@ func (s *Server) desired(nodeID string) (nodeapi.Desired, error) {
 	if err != nil {
 		return nodeapi.Desired{}, fmt.Errorf("load rules of %s: %w", srv.ID, err)
 	}
-	if d.APIKeys, err = s.desiredAPIKeys(srv.ID, s.now()); err != nil {
+	if d.APIKeys, err = desiredAPIKeys(rd, srv.ID, s.now()); err != nil {
 		return nodeapi.Desired{}, err
 	}
 	return d, nil
@@ -300,7 +316,8 @@ func converged(o nodeapi.Observed, rev uint64, srv serverRec) bool {
 // deleting → gone once the node confirms the wipe, returning the node to
 // the pool.
 func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
-	id, node, e := s.authNode(r)
+	rd := store.Lagging(s.st)
+	id, node, e := s.authNode(r, rd)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -323,7 +340,7 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 	// database a round trip to its writer lock each), and only a report
 	// that changes something takes it and decides again.
 	now := s.now()
-	dry := s.dryRun()
+	dry := s.dryRun(rd)
 	dry.preload(node)
 	settled, e, err := s.applyReport(dry, id, o, now)
 	dry.discard()
@@ -408,7 +425,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		return nil
 	}
 	var srv serverRec
-	if err := s.st.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
+	if err := m.r.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
 		return fmt.Errorf("load server %s: %w", n.ServerID, err)
 	}
 	if srv.Status == StatusDeleting {

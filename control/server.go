@@ -306,7 +306,10 @@ func (s *Server) Run(ctx context.Context) error {
 // mutation is one change in progress: its batch, the revisions it takes and
 // the nodes to wake once it is committed. It is used with s.mu held.
 type mutation struct {
-	s    *Server
+	s *Server
+	// r is what the change reads through: the store itself, or for a dry
+	// run a reader that may lag a moment (store.Lagging).
+	r    store.KV
 	b    store.Batch
 	rev  uint64
 	wake map[string]bool
@@ -330,9 +333,9 @@ type mutation struct {
 }
 
 // dryRun starts a change to be tried without the change lock and then
-// discarded (mutation.dry).
-func (s *Server) dryRun() *mutation {
-	return &mutation{s: s, b: s.st.NewBatch(), dry: true, wake: map[string]bool{},
+// discarded (mutation.dry), reading through rd.
+func (s *Server) dryRun(rd store.KV) *mutation {
+	return &mutation{s: s, r: rd, b: s.st.NewBatch(), dry: true, wake: map[string]bool{},
 		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
 }
 
@@ -353,7 +356,7 @@ func (m *mutation) logInfo(msg string, args ...any) {
 }
 
 func (s *Server) begin() *mutation {
-	return &mutation{s: s, b: s.w.NewBatch(), rev: s.rev, rev0: s.rev, wake: map[string]bool{},
+	return &mutation{s: s, r: s.st, b: s.w.NewBatch(), rev: s.rev, rev0: s.rev, wake: map[string]bool{},
 		nodes: map[string]*nodeRec{}, dirty: map[string]bool{}, orig: map[string]string{}}
 }
 
@@ -364,7 +367,7 @@ func (m *mutation) node(id string) (*nodeRec, error) {
 		return n, nil
 	}
 	var n nodeRec
-	if err := m.s.st.Get(pfxNode+id, &n); err != nil {
+	if err := m.r.Get(pfxNode+id, &n); err != nil {
 		return nil, fmt.Errorf("load node %s: %w", id, err)
 	}
 	m.nodes[id] = &n
@@ -383,7 +386,7 @@ func (m *mutation) loadNodes(ids []string) error {
 			keys = append(keys, pfxNode+id)
 		}
 	}
-	return store.GetMany(m.s.st, keys, func(key string, val []byte) error {
+	return store.GetMany(m.r, keys, func(key string, val []byte) error {
 		var n nodeRec
 		if err := json.Unmarshal(val, &n); err != nil {
 			return fmt.Errorf("decode %s: %w", key, err)

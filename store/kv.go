@@ -111,6 +111,26 @@ func GetMany(kv KV, keys []string, fn func(key string, val []byte) error) error 
 	return nil
 }
 
+// Lagger is implemented by stores of a database shared by several
+// processes that keep a read cache (package pgstore).
+type Lagger interface {
+	// Lagging returns a reader whose reads may be as of a commit a moment
+	// ago (on the way to this process) but never older than what it read
+	// before, for one goroutine.
+	Lagging() KV
+}
+
+// Lagging returns a reader of kv for reads that may lag the newest commit
+// by a moment, such as a node's own long-poll and report, which a later
+// wake-up or report corrects: kv's cache where it has one, else kv itself
+// (an embedded store is always current).
+func Lagging(kv KV) KV {
+	if l, ok := kv.(Lagger); ok {
+		return l.Lagging()
+	}
+	return kv
+}
+
 // ErrUnavailable is the error a store returns when its database cannot be
 // reached; errors.Is(err, ErrUnavailable) holds. Nothing was committed.
 var ErrUnavailable = fmt.Errorf("store: database unavailable")

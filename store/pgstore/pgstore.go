@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,6 +76,10 @@ type Store struct {
 	// crdb is set on CockroachDB, which has neither advisory locks nor
 	// LISTEN/NOTIFY: notifications are dropped and Listen only waits.
 	crdb bool
+	// cache holds records read, kept current while Listen runs (cache.go).
+	cache cache
+	// dbReads counts point reads that went to the database (tests).
+	dbReads atomic.Int64
 }
 
 var (
@@ -167,68 +172,138 @@ func (s *Store) ctx() (context.Context, context.CancelFunc) {
 }
 
 // Get decodes the record at key into v.
-func (s *Store) Get(key string, v any) error {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	var val []byte
-	err := s.pool.QueryRow(ctx, "SELECT v FROM hearth_kv WHERE k = $1", []byte(key)).Scan(&val)
-	if errors.Is(err, pgx.ErrNoRows) {
+func (s *Store) Get(key string, v any) error { return s.get(key, v, nil) }
+
+// Has reports whether key exists.
+func (s *Store) Has(key string) (bool, error) { return s.has(key, nil) }
+
+// get reads key from the cache where allowed (cache.lookup's min), else
+// from the database, raising *min to the commit the database read saw.
+func (s *Store) get(key string, v any, min *uint64) error {
+	r, err := s.read(key, min)
+	if err != nil {
+		return err
+	}
+	if !r.found {
 		return store.ErrNotFound
 	}
-	if err != nil {
-		return fmt.Errorf("get %q: %w", key, classify(err))
-	}
-	if err := json.Unmarshal(val, v); err != nil {
+	if err := json.Unmarshal(r.val, v); err != nil {
 		return fmt.Errorf("decode %q: %w", key, err)
 	}
 	return nil
 }
 
-// GetMany reads the records of keys in one query (store.MultiGetter).
-func (s *Store) GetMany(keys []string, fn func(key string, val []byte) error) error {
-	if len(keys) == 0 {
-		return nil
+func (s *Store) has(key string, min *uint64) (bool, error) {
+	r, err := s.read(key, min)
+	return r.found, err
+}
+
+// readSQL reads one record and the commit sequence in one statement, so
+// the record is known to be as of that commit (the lock row always exists).
+const readSQL = "SELECT l.seq, kv.k IS NOT NULL, kv.v FROM hearth_lock l " +
+	"LEFT JOIN hearth_kv kv ON kv.k = $1 WHERE l.id = 1"
+
+func (s *Store) read(key string, min *uint64) (cached, error) {
+	if r, ok := s.cache.lookup(key, min); ok {
+		return r, nil
 	}
-	ks := make([][]byte, len(keys))
-	for i, k := range keys {
-		ks[i] = []byte(k)
-	}
+	s.dbReads.Add(1)
 	ctx, cancel := s.ctx()
 	defer cancel()
-	rows, err := s.pool.Query(ctx, "SELECT k, v FROM hearth_kv WHERE k = ANY($1)", ks)
+	var r cached
+	var at int64
+	if err := s.pool.QueryRow(ctx, readSQL, []byte(key)).Scan(&at, &r.found, &r.val); err != nil {
+		return cached{}, fmt.Errorf("get %q: %w", key, classify(err))
+	}
+	s.cache.fill(key, r, uint64(at))
+	if min != nil {
+		*min = max(*min, uint64(at))
+	}
+	return r, nil
+}
+
+// GetMany reads the records of keys (store.MultiGetter): those the cache
+// may answer from it, the rest in one query. fn must not keep or modify
+// val.
+func (s *Store) GetMany(keys []string, fn func(key string, val []byte) error) error {
+	var ks [][]byte
+	for _, k := range keys {
+		if r, ok := s.cache.lookup(k, nil); ok {
+			if !r.found {
+				continue
+			}
+			if err := fn(k, r.val); err != nil {
+				return err
+			}
+			continue
+		}
+		ks = append(ks, []byte(k))
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	s.dbReads.Add(int64(len(ks)))
+	ctx, cancel := s.ctx()
+	defer cancel()
+	// One row per record found, or one with NULL k if none was; each
+	// carries the commit sequence, so what was read can be cached.
+	rows, err := s.pool.Query(ctx, "SELECT l.seq, kv.k, kv.v FROM hearth_lock l "+
+		"LEFT JOIN hearth_kv kv ON kv.k = ANY($1) WHERE l.id = 1", ks)
 	if err != nil {
-		return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+		return fmt.Errorf("get %d keys: %w", len(ks), classify(err))
 	}
 	defer rows.Close()
+	var at int64
+	found := make(map[string]bool, len(ks))
 	for rows.Next() {
 		var k, v []byte
-		if err := rows.Scan(&k, &v); err != nil {
-			return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+		if err := rows.Scan(&at, &k, &v); err != nil {
+			return fmt.Errorf("get %d keys: %w", len(ks), classify(err))
 		}
+		if k == nil {
+			continue
+		}
+		found[string(k)] = true
+		s.cache.fill(string(k), cached{val: v, found: true}, uint64(at))
 		if err := fn(string(k), v); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("get %d keys: %w", len(keys), classify(err))
+		return fmt.Errorf("get %d keys: %w", len(ks), classify(err))
+	}
+	for _, k := range ks {
+		if !found[string(k)] {
+			s.cache.fill(string(k), cached{}, uint64(at))
+		}
 	}
 	return nil
 }
 
-// Has reports whether key exists.
-func (s *Store) Has(key string) (bool, error) {
-	ctx, cancel := s.ctx()
-	defer cancel()
-	var one int
-	err := s.pool.QueryRow(ctx, "SELECT 1 FROM hearth_kv WHERE k = $1", []byte(key)).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("get %q: %w", key, classify(err))
-	}
-	return true, nil
+// Lagging returns a reader of the store whose reads may be answered from
+// the cache as of a commit a moment ago (the notification's way from the
+// database), never older than anything it read before (store.Lagging).
+// It serves one goroutine.
+func (s *Store) Lagging() store.KV { return &lagging{Store: s} }
+
+// lagging reads through the cache as of at least min, the newest commit
+// any of its reads so far has seen.
+type lagging struct {
+	*Store
+	min uint64
 }
+
+func (l *lagging) Get(key string, v any) error { return l.get(key, v, &l.min) }
+
+func (l *lagging) Has(key string) (bool, error) { return l.has(key, &l.min) }
+
+// GetMany reads through the database (lagging reads are point reads).
+func (l *lagging) GetMany(keys []string, fn func(key string, val []byte) error) error {
+	return l.Store.GetMany(keys, fn)
+}
+
+// Close of a reader closes nothing: the Store is its owner's.
+func (l *lagging) Close() error { return nil }
 
 // Put writes one record.
 func (s *Store) Put(key string, v any) error { return store.PutOne(s.NewBatch, key, v) }
@@ -415,7 +490,7 @@ func isRetryable(err error) bool {
 // Statements that open a transaction holding the writer lock.
 const (
 	beginSQL = "BEGIN"
-	lockSQL  = "SELECT id FROM hearth_lock WHERE id = 1 FOR UPDATE"
+	lockSQL  = "SELECT seq FROM hearth_lock WHERE id = 1 FOR UPDATE"
 )
 
 // commitIn applies the batch on conn and commits it, in one round trip:
@@ -427,6 +502,8 @@ const (
 // closed by the pool rather than reused.
 func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
 	defer conn.Release()
+	// From here the database may move past the cache at any moment.
+	s.cache.release()
 	ctx, cancel := s.ctx()
 	defer cancel()
 	// The batch's final value of each key, in two statements whatever its
@@ -437,10 +514,12 @@ func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
 		last[string(o.k)] = i
 	}
 	var putK, putV, delK [][]byte
+	written := make([]string, 0, len(last))
 	for i, o := range b.ops {
 		if last[string(o.k)] != i {
 			continue
 		}
+		written = append(written, string(o.k))
 		if o.del {
 			delK = append(delK, o.k)
 		} else {
@@ -459,19 +538,41 @@ func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
 		pb.Queue("INSERT INTO hearth_kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) "+
 			"ON CONFLICT (k) DO UPDATE SET v = excluded.v", putK, putV)
 	}
+	// The commit's number, and its invalidation ahead of the caller's
+	// notifications, so a replica woken by those reads past it (cache.go).
+	seqAt := pb.Len()
+	pb.Queue("UPDATE hearth_lock SET seq = seq + 1 WHERE id = 1 RETURNING seq")
 	if !s.crdb {
+		for _, part := range invParts(written) {
+			pb.Queue("SELECT pg_notify($1, $2 || seq::text || $3) FROM hearth_lock WHERE id = 1",
+				notifyChannel, invPrefix, part)
+		}
 		for _, n := range b.notes {
 			pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
 		}
 	}
 	pb.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, &pb).Close(); err != nil {
+	br := conn.SendBatch(ctx, &pb)
+	var seq int64
+	var err error
+	for i := 0; i < pb.Len() && err == nil; i++ {
+		if i == seqAt {
+			err = br.QueryRow().Scan(&seq)
+		} else {
+			_, err = br.Exec()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
 		// COMMIT of a failed transaction answers ROLLBACK, not an error.
 		return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 	}
+	s.cache.committed(uint64(seq), written, false)
 	return nil
 }
 
@@ -518,6 +619,7 @@ func (s *Store) Lock(ctx context.Context, read ...string) (store.KV, func(), err
 	}
 	unlock := func() {
 		if conn := sec.take(); conn != nil {
+			s.cache.release()
 			ctx, cancel := s.ctx()
 			defer cancel()
 			_, _ = conn.Exec(ctx, "ROLLBACK")
@@ -543,10 +645,12 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 	}
 	br := sec.conn.SendBatch(ctx, &pb)
 	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return err
-		}
+	if _, err := br.Exec(); err != nil {
+		return err
+	}
+	var seq int64
+	if err := br.QueryRow().Scan(&seq); err != nil {
+		return err
 	}
 	if len(keys) > 0 {
 		rows, err := br.Query()
@@ -566,7 +670,16 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 			return err
 		}
 	}
-	return br.Close()
+	if err := br.Close(); err != nil {
+		return err
+	}
+	// Nobody else commits until this section does: the cache, once at
+	// seq, answers every read (cache.lookup).
+	sec.s.cache.hold(uint64(seq))
+	for k, v := range sec.read {
+		sec.s.cache.fill(k, cached{val: v, found: v != nil}, uint64(seq))
+	}
+	return nil
 }
 
 // view is a Store whose batches commit in a held section.
@@ -637,16 +750,28 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string)) error {
 	}
 	defer conn.Close(context.Background())
 	_, err = conn.Exec(cctx, "LISTEN "+notifyChannel)
+	if err != nil {
+		cancel()
+		return err
+	}
+	// Every commit after this read is announced to this connection: the
+	// cache starts from it and stops with the connection.
+	var base int64
+	err = conn.QueryRow(cctx, "SELECT seq FROM hearth_lock WHERE id = 1").Scan(&base)
 	cancel()
 	if err != nil {
 		return err
 	}
+	s.cache.start(uint64(base))
+	defer s.cache.stop()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		fn(n.Payload)
+		if !s.cache.apply(n.Payload) {
+			fn(n.Payload)
+		}
 	}
 }
 

@@ -391,3 +391,110 @@ func TestLockReads(t *testing.T) {
 		t.Fatalf("the store reads rev = %d, %v; want 8", rev, err)
 	}
 }
+
+// listen runs st's listener until the test ends and waits until its cache
+// is on.
+func listen(t *testing.T, st *pgstore.Store) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = st.Listen(ctx, func(string) {})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the cache to start", func() bool { _, on := st.CacheSeq(); return on })
+}
+
+// waitFor polls cond until it holds; the deadline only guards against a
+// hang, nothing is measured by it.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestCacheAcrossStores: two processes' stores on one database. What one
+// commits (here 2 000 keys, announced in several notifications) is never
+// read stale by the other: reads under the writer lock answer from the
+// cache only once it has applied every commit, and then without a round
+// trip; lagging reads answer from it as soon as a record was read once.
+func TestCacheAcrossStores(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	a, b := open(t, url), open(t, url)
+	listen(t, a)
+	listen(t, b)
+	const n = 2000
+	write := func(st *pgstore.Store, val string) {
+		t.Helper()
+		bt := st.NewBatch()
+		for i := range n {
+			if err := bt.Put(fmt.Sprintf("k/%04d", i), val); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bt.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp := func() {
+		t.Helper()
+		seq, _ := a.CacheSeq()
+		waitFor(t, "b's cache to apply a's commit", func() bool { s, _ := b.CacheSeq(); return s >= seq })
+	}
+	readAll := func(kv store.KV, want string) int64 {
+		t.Helper()
+		before := b.DBReads()
+		for i := range n {
+			var got string
+			if err := kv.Get(fmt.Sprintf("k/%04d", i), &got); err != nil || got != want {
+				t.Fatalf("k/%04d = %q, %v; want %q", i, got, err, want)
+			}
+		}
+		if ok, err := kv.Has("k/none"); ok || err != nil {
+			t.Fatalf("Has(missing) = %v, %v", ok, err)
+		}
+		return b.DBReads() - before
+	}
+
+	write(a, "v1")
+	caughtUp()
+	lag := b.Lagging()
+	if r := readAll(lag, "v1"); r != n+1 {
+		t.Fatalf("first lagging pass: %d database reads, want %d", r, n+1)
+	}
+	if r := readAll(lag, "v1"); r != 0 {
+		t.Fatalf("second lagging pass: %d database reads, want 0 (cached)", r)
+	}
+
+	write(a, "v2")
+	caughtUp()
+	var got string
+	if err := a.Lagging().Get("k/0001", &got); err != nil || got != "v2" { // cached in a
+		t.Fatalf("a reads %q, %v", got, err)
+	}
+	w, unlock, err := b.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock) // a failure below must not leave the lock held
+	readAll(w, "v2")  // a stale v1 here is a missed invalidation
+	if r := readAll(w, "v2"); r != 0 {
+		t.Fatalf("under the lock: %d database reads, want 0", r)
+	}
+	if err := w.Put("k/0001", "mine"); err != nil { // commits in the section
+		t.Fatal(err)
+	}
+	unlock()
+	if err := b.Lagging().Get("k/0001", &got); err != nil || got != "mine" {
+		t.Fatalf("own write read back as %q, %v", got, err)
+	}
+	seq, _ := b.CacheSeq()
+	waitFor(t, "a's cache to apply b's commit", func() bool { s, _ := a.CacheSeq(); return s >= seq })
+	if err := a.Lagging().Get("k/0001", &got); err != nil || got != "mine" {
+		t.Fatalf("other store reads %q, %v; want mine", got, err)
+	}
+}

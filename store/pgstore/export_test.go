@@ -1,0 +1,11 @@
+package pgstore
+
+// DBReads is how many point reads went to the database so far.
+func (s *Store) DBReads() int64 { return s.dbReads.Load() }
+
+// CacheSeq is the last commit the cache applied, and whether it is on.
+func (s *Store) CacheSeq() (uint64, bool) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	return s.cache.seq, s.cache.on
+}
