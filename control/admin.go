@@ -59,7 +59,16 @@ func CreateEnrollmentToken(st store.KV, uses int, ttl time.Duration, now time.Ti
 // ListNodes returns every enrolled node.
 func ListNodes(st store.KV) ([]NodeInfo, error) {
 	out := []NodeInfo{}
-	err := store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) {
+	seen := map[string]seenRec{}
+	err := store.ScanJSON(st, pfxNodeSeen, func(key string, sr seenRec) (bool, error) {
+		seen[key[len(pfxNodeSeen):]] = sr
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	err = store.ScanJSON(st, pfxNode, func(_ string, n nodeRec) (bool, error) {
+		n.overlay(seen[n.ID])
 		out = append(out, NodeInfo{ID: n.ID, Hostname: n.Hostname, Hardware: n.Hardware, ServerID: n.ServerID,
 			Revision: n.Revision, Observed: n.Observed, LastSeen: n.LastSeen, WipePending: n.WipePending})
 		return true, nil

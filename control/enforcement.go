@@ -137,6 +137,11 @@ func (s *Server) withEnforcement(out serverJSON, srv serverRec) (serverJSON, err
 		}
 		return out, fmt.Errorf("load node %s: %w", srv.NodeID, err)
 	}
+	var sr seenRec
+	if err := s.st.Get(pfxNodeSeen+srv.NodeID, &sr); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return out, fmt.Errorf("load node %s: %w", srv.NodeID, err)
+	}
+	n.overlay(sr)
 	s.overlayReported(&n)
 	out.Enforcement = enforcement(srv, n)
 	return out, nil

@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -373,6 +374,48 @@ func TestUnreachable(t *testing.T) {
 	clk.add(90 * time.Second)
 	e.sweep()
 	e.wantStatus(t, id, "unreachable", "silent since the restart")
+}
+
+// TestSeenTimesPersisted: a settled node that only keeps reporting is not
+// silent however long it runs, its times are persisted by the sweep (they
+// survive a restart) and its node record — which every long-poll, report
+// and credential check reads — is not rewritten for them.
+func TestSeenTimesPersisted(t *testing.T) {
+	e, clk := newClockEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("steady")).must(t, 201))
+	d := converge(t, n, "192.0.2.51")
+	e.wantStatus(t, id, "running", "converged")
+	var before json.RawMessage
+	if err := e.st.Get("ctl/node/"+n.id, &before); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 { // 4 minutes, well past NodeTimeout
+		clk.add(30 * time.Second)
+		n.report(t, applied(d, "192.0.2.51"))
+		e.sweep()
+	}
+	e.wantStatus(t, id, "running", "a node that keeps reporting")
+	var after json.RawMessage
+	if err := e.st.Get("ctl/node/"+n.id, &after); err != nil {
+		t.Fatal(err)
+	}
+	if string(before) != string(after) {
+		t.Fatalf("settled reports rewrote the node record:\n%s\n%s", before, after)
+	}
+	e.restart()
+	nodes, err := control.ListNodes(e.st)
+	if err != nil || len(nodes) != 1 {
+		t.Fatalf("ListNodes = %v, %v", nodes, err)
+	}
+	if want := clk.now(); !nodes[0].LastSeen.Equal(want) {
+		t.Fatalf("last seen after a restart = %v, want %v", nodes[0].LastSeen, want)
+	}
+	srv := e.req("GET", "/v1/servers/"+id, nil).must(t, 200).obj(t)
+	enf, _ := srv["enforcement"].(map[string]any)
+	if got, want := enf["reported_at"], clk.now().UTC().Format(time.RFC3339); got != want {
+		t.Fatalf("enforcement reported_at after a restart = %v, want %s (the last settled report)", got, want)
+	}
 }
 
 // TestDeleteWithSilentNode: a server whose node never reports the wipe

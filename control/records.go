@@ -49,8 +49,9 @@ const (
 	pfxRuleID      = "ctl/fwid/"          // <server id>/<rule id> → its record's key
 	pfxNode        = "ctl/node/"
 	pfxNodeCred    = "ctl/nodecred/"
-	pfxAPIToken    = "ctl/tok/"   // <hash of the secret> → tokenRec
-	pfxAPITokenID  = "ctl/tokid/" // <token id> → hash of the secret
+	pfxNodeSeen    = "ctl/nodeseen/" // <node id> → seenRec, persisted by the sweep
+	pfxAPIToken    = "ctl/tok/"      // <hash of the secret> → tokenRec
+	pfxAPITokenID  = "ctl/tokid/"    // <token id> → hash of the secret
 	pfxEnrollment  = "ctl/enr/"
 	pfxIdempotency = "ctl/idem/"  // <token id>/<Idempotency-Key>
 	pfxAPIKey      = "ctl/dk/"    // ctl/dk/<server id>/<seq>/<key id>: the record, per server in creation order
@@ -187,6 +188,27 @@ type nodeRec struct {
 	// before the node reported the wipe. The node keeps being told to wipe
 	// and stays out of the pool until it reports it.
 	WipePending bool `json:"wipe_pending,omitempty"`
+}
+
+// seenRec holds a node's last request and last report that changed
+// nothing, as the sweep persists them. They live apart from the node
+// record, which every long-poll, report and credential check reads: on a
+// database each write of a record invalidates it in every replica's read
+// cache, and these times change with every request. A node's times are
+// the later of its record's and these.
+type seenRec struct {
+	LastSeen   time.Time `json:"last_seen"`
+	ObservedAt time.Time `json:"observed_at,omitzero"`
+}
+
+// overlay moves n's times up to sr's.
+func (n *nodeRec) overlay(sr seenRec) {
+	if sr.LastSeen.After(n.LastSeen) {
+		n.LastSeen = sr.LastSeen
+	}
+	if sr.ObservedAt.After(n.ObservedAt) {
+		n.ObservedAt = sr.ObservedAt
+	}
 }
 
 // apiKeyRec is a deployment API key issued by the management API. Only the

@@ -325,6 +325,9 @@ type mutation struct {
 	// srvStatus is each server's status as this change left it, for the
 	// status index (statusindex.go).
 	srvStatus map[string]string
+	// seen are the nodes' seen records as the sweep persisted them in
+	// this change (nil if it did not).
+	seen map[string]seenRec
 	// rev0 is the revision the change started from; dry marks a change
 	// only tried without the lock, to see whether it changes anything: it
 	// is never committed and logs nothing.
@@ -352,6 +355,13 @@ func (m *mutation) preload(n *nodeRec) {
 func (m *mutation) logInfo(msg string, args ...any) {
 	if !m.dry {
 		m.s.log.Info(msg, args...)
+	}
+}
+
+// logWarn is logInfo at warning level.
+func (m *mutation) logWarn(msg string, args ...any) {
+	if !m.dry {
+		m.s.log.Warn(msg, args...)
 	}
 }
 

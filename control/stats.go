@@ -21,6 +21,12 @@ func (s *Server) NodesConnected() int {
 		}
 		return true, nil
 	})
+	_ = store.ScanJSON(s.st, pfxNodeSeen, func(key string, sr seenRec) (bool, error) {
+		if now.Sub(sr.LastSeen) < s.cfg.NodeTimeout {
+			seen[key[len(pfxNodeSeen):]] = true
+		}
+		return true, nil
+	})
 	return len(seen)
 }
 

@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,24 +24,37 @@ import (
 //
 // It walks every server and node: O(fleet) per sweep, never per request.
 func (s *Server) Sweep() error {
+	// Which servers a timeout applies to is found without the change lock,
+	// from reads that may lag a moment: the walk is O(fleet), and every
+	// change would wait for it under the lock. Only the servers found are
+	// decided again under the lock.
+	due, err := s.serversDue(s.now())
+	if err != nil {
+		return err
+	}
 	unlock, err := s.lock(context.Background())
 	if err != nil {
 		return err
 	}
-	if err := s.sweepLocked(); err != nil {
+	if err := s.sweepLocked(due); err != nil {
 		_ = unlock()
 		return err
 	}
 	return unlock()
 }
 
-// sweepLocked is Sweep with the change lock held.
-func (s *Server) sweepLocked() error {
+// sweepLocked is Sweep with the change lock held, for the servers due.
+func (s *Server) sweepLocked(due []serverRec) error {
 	now := s.now()
 	m := s.begin()
 	dirty := false
+	sweepDue := func(m *mutation, now time.Time) (bool, error) {
+		dirty := false
+		err := s.sweepServers(m, now, due, func(serverRec) { dirty = true })
+		return dirty, err
+	}
 	for _, step := range []func(*mutation, time.Time) (bool, error){
-		s.persistLastSeen, s.persistTokenUse, s.sweepServers, s.expireAPIKeys, s.purgeIdempotency,
+		s.persistLastSeen, s.persistTokenUse, sweepDue, s.expireAPIKeys, s.purgeIdempotency,
 	} {
 		d, err := step(m, now)
 		if err != nil {
@@ -56,7 +70,8 @@ func (s *Server) sweepLocked() error {
 	return m.commit()
 }
 
-// persistLastSeen writes the last-seen times node requests noted in memory.
+// persistLastSeen writes the last-seen and report times node requests
+// noted in memory, as the nodes' seen records (seenRec).
 func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
 	seen := takeTimes(&s.seenMu, &s.lastSeen)
 	reported := takeTimes(&s.seenMu, &s.reported)
@@ -65,48 +80,133 @@ func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
 		ids = append(ids, id)
 	}
 	for id := range reported {
-		ids = append(ids, id)
+		if _, ok := seen[id]; !ok {
+			ids = append(ids, id)
+		}
 	}
-	if err := m.loadNodes(ids); err != nil {
+	if err := m.loadNodes(ids); err != nil { // nodes that went are skipped
 		return false, err
 	}
+	stored, err := loadSeen(m.r, ids)
+	if err != nil {
+		return false, err
+	}
+	m.seen = stored
 	dirty := false
-	for _, tt := range []struct {
-		times map[string]time.Time
-		field func(*nodeRec) *time.Time
-	}{
-		{seen, func(n *nodeRec) *time.Time { return &n.LastSeen }},
-		{reported, func(n *nodeRec) *time.Time { return &n.ObservedAt }},
-	} {
-		for id, t := range tt.times {
-			n, err := m.node(id)
-			if errors.Is(err, store.ErrNotFound) {
-				continue
-			}
-			if err != nil {
+	for _, id := range ids {
+		if _, ok := m.nodes[id]; !ok {
+			continue
+		}
+		sr, changed := stored[id], false
+		if t, ok := seen[id]; ok && t.After(sr.LastSeen) {
+			sr.LastSeen, changed = t, true
+		}
+		if t, ok := reported[id]; ok && t.After(sr.ObservedAt) {
+			sr.ObservedAt, changed = t, true
+		}
+		if changed {
+			if err := m.put(pfxNodeSeen+id, sr); err != nil {
 				return false, err
 			}
-			if at := tt.field(n); t.After(*at) {
-				*at, dirty = t, true
-				m.saveNode(n)
-			}
+			stored[id], dirty = sr, true
 		}
 	}
 	return dirty, nil
 }
 
-func (s *Server) sweepServers(m *mutation, now time.Time) (bool, error) {
-	dirty := false
-	err := s.eachServer(func(srv serverRec) (bool, error) {
+// loadSeen reads the seen records of ids through rd, in one read.
+func loadSeen(rd store.KV, ids []string) (map[string]seenRec, error) {
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = pfxNodeSeen + id
+	}
+	out := make(map[string]seenRec, len(ids))
+	err := store.GetMany(rd, keys, func(key string, val []byte) error {
+		var sr seenRec
+		if err := json.Unmarshal(val, &sr); err != nil {
+			return fmt.Errorf("decode %s: %w", key, err)
+		}
+		out[key[len(pfxNodeSeen):]] = sr
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load seen records: %w", err)
+	}
+	return out, nil
+}
+
+// serversDue walks every server, without the change lock and through
+// reads that may lag, and returns those whose timeouts would change them
+// now (sweepServer tried on a dry run).
+func (s *Server) serversDue(now time.Time) ([]serverRec, error) {
+	var all []serverRec
+	if err := s.eachServer(func(srv serverRec) (bool, error) {
+		all = append(all, srv)
+		return true, nil
+	}); err != nil {
+		return nil, err
+	}
+	dry := s.dryRun(store.Lagging(s.st))
+	defer dry.discard()
+	var due []serverRec
+	err := s.sweepServers(dry, now, all, func(srv serverRec) { due = append(due, srv) })
+	return due, err
+}
+
+// sweepServers applies the timeouts of servers in m, each server and
+// node as m reads them with their latest seen times, and calls changed
+// with each server it changes.
+func (s *Server) sweepServers(m *mutation, now time.Time, servers []serverRec, changed func(serverRec)) error {
+	ids := make([]string, len(servers))
+	for i, srv := range servers {
+		ids[i] = srv.NodeID
+	}
+	if err := m.loadNodes(ids); err != nil {
+		return err
+	}
+	var missing []string
+	for _, id := range ids {
+		if _, ok := m.seen[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	seen, err := loadSeen(m.r, missing)
+	if err != nil {
+		return err
+	}
+	for id, sr := range m.seen { // persisted in this change
+		seen[id] = sr
+	}
+	s.seenMu.Lock()
+	for id, t := range s.lastSeen { // noted since the last persist
+		if sr := seen[id]; t.After(sr.LastSeen) {
+			sr.LastSeen = t
+			seen[id] = sr
+		}
+	}
+	s.seenMu.Unlock()
+	for _, srv := range servers {
+		if !m.dry { // the walk may have lagged: decide on the record as it is
+			if err := m.r.Get(srv.key(), &srv); errors.Is(err, store.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("load server %s: %w", srv.ID, err)
+			}
+		}
 		n, err := m.node(srv.NodeID)
 		if err != nil {
-			return false, err
+			return err
 		}
-		changed, err := s.sweepServer(m, srv, n, now)
-		dirty = dirty || changed
-		return err == nil, err
-	})
-	return dirty, err
+		n.overlay(seen[n.ID])
+		ok, err := s.sweepServer(m, srv, n, now)
+		if err != nil {
+			return err
+		}
+		if ok {
+			changed(srv)
+		}
+	}
+	return nil
 }
 
 // sweepServer applies one server's timeouts.
@@ -122,7 +222,7 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 		if err := m.bump(n.ID); err != nil {
 			return false, err
 		}
-		s.log.Warn("server removed without its node's wipe; the node stays out of the pool until it reports the wipe",
+		m.logWarn("server removed without its node's wipe; the node stays out of the pool until it reports the wipe",
 			"server", srv.ID, "node", n.ID, "timeout", s.cfg.DeleteTimeout)
 		return true, nil
 	}
@@ -130,7 +230,7 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 	if lc := srv.lifecycle(); (lc == StatusProvisioning || lc == StatusUpdating) && now.Sub(srv.since()) >= s.cfg.ProvisionTimeout {
 		srv.setLifecycle(StatusFailed, now)
 		changed = true
-		s.log.Warn("server did not converge in time", "server", srv.ID, "node", srv.NodeID, "was", lc, "timeout", s.cfg.ProvisionTimeout)
+		m.logWarn("server did not converge in time", "server", srv.ID, "node", srv.NodeID, "was", lc, "timeout", s.cfg.ProvisionTimeout)
 	}
 	// Time the control plane was down does not count against the node.
 	heard := n.LastSeen
@@ -141,11 +241,11 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 	switch {
 	case silent && srv.Status != StatusUnreachable:
 		srv.PrevStatus, srv.Status, changed = srv.Status, StatusUnreachable, true
-		s.log.Warn("server's node is silent", "server", srv.ID, "node", n.ID, "last_seen", n.LastSeen)
+		m.logWarn("server's node is silent", "server", srv.ID, "node", n.ID, "last_seen", n.LastSeen)
 	case !silent && srv.Status == StatusUnreachable:
 		srv.restore()
 		changed = true
-		s.log.Info("server's node is heard from again", "server", srv.ID, "node", n.ID, "status", srv.Status)
+		m.logInfo("server's node is heard from again", "server", srv.ID, "node", n.ID, "status", srv.Status)
 	}
 	if !changed {
 		return false, nil

@@ -226,9 +226,14 @@ func (s *Store) read(key string, min *uint64) (cached, error) {
 // may answer from it, the rest in one query. fn must not keep or modify
 // val.
 func (s *Store) GetMany(keys []string, fn func(key string, val []byte) error) error {
+	return s.getMany(keys, fn, nil)
+}
+
+// getMany is GetMany with the cache allowed as for get.
+func (s *Store) getMany(keys []string, fn func(key string, val []byte) error, min *uint64) error {
 	var ks [][]byte
 	for _, k := range keys {
-		if r, ok := s.cache.lookup(k, nil); ok {
+		if r, ok := s.cache.lookup(k, min); ok {
 			if !r.found {
 				continue
 			}
@@ -277,6 +282,9 @@ func (s *Store) GetMany(keys []string, fn func(key string, val []byte) error) er
 			s.cache.fill(string(k), cached{}, uint64(at))
 		}
 	}
+	if min != nil {
+		*min = max(*min, uint64(at))
+	}
 	return nil
 }
 
@@ -297,9 +305,8 @@ func (l *lagging) Get(key string, v any) error { return l.get(key, v, &l.min) }
 
 func (l *lagging) Has(key string) (bool, error) { return l.has(key, &l.min) }
 
-// GetMany reads through the database (lagging reads are point reads).
 func (l *lagging) GetMany(keys []string, fn func(key string, val []byte) error) error {
-	return l.Store.GetMany(keys, fn)
+	return l.getMany(keys, fn, &l.min)
 }
 
 // Close of a reader closes nothing: the Store is its owner's.
