@@ -88,15 +88,26 @@ func (c *cache) hold(seq uint64) {
 func (c *cache) release() { c.hold(0) }
 
 // committed applies this process's own commit at once, if the cache is at
-// the commit before it; otherwise the invalidation catches it up later.
-func (c *cache) committed(seq uint64, keys []string, all bool) {
+// the commit before it: the values it wrote (putK[i] → putV[i], delK
+// gone) are the records as of seq, so they are kept rather than evicted,
+// and reading back what was just written costs no round trip. Otherwise
+// the invalidation catches the cache up later.
+func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.held = 0
 	if !c.on || seq != c.seq+1 {
 		return
 	}
-	c.evict(keys, all)
+	if c.recs == nil || len(c.recs)+len(putK)+len(delK) > maxCached {
+		c.recs = make(map[string]cached)
+	}
+	for i, k := range putK {
+		c.recs[string(k)] = cached{val: putV[i], found: true}
+	}
+	for _, k := range delK {
+		c.recs[string(k)] = cached{}
+	}
 	c.seq = seq
 }
 

@@ -54,9 +54,12 @@ func TestCacheRules(t *testing.T) {
 	if r, ok := c.lookup("gone", nil); !ok || r.found {
 		t.Fatal("strong lookup at the lock's commit not answered")
 	}
-	c.committed(12, []string{"gone"}, false) // this process's own commit
-	if _, ok := c.lookup("gone", new(uint64)); ok {
-		t.Fatal("own commit did not evict")
+	c.committed(12, [][]byte{[]byte("gone")}, [][]byte{[]byte("back")}, [][]byte{[]byte("a")}) // this process's own commit
+	if r, ok := c.lookup("gone", new(uint64)); !ok || !r.found || string(r.val) != "back" {
+		t.Fatalf("own commit's write not kept: %v %v", r, ok)
+	}
+	if r, ok := c.lookup("a", new(uint64)); !ok || r.found {
+		t.Fatalf("own commit's delete not kept: %v %v", r, ok)
 	}
 	if c.apply(invPrefix+"12:f\ngone") != true || c.seq != 12 {
 		t.Fatalf("own commit's invalidation: seq %d", c.seq)

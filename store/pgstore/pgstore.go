@@ -579,7 +579,7 @@ func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
 		// COMMIT of a failed transaction answers ROLLBACK, not an error.
 		return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 	}
-	s.cache.committed(uint64(seq), written, false)
+	s.cache.committed(uint64(seq), putK, putV, delK)
 	return nil
 }
 

@@ -489,8 +489,12 @@ func TestCacheAcrossStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock()
+	reads := b.DBReads()
 	if err := b.Lagging().Get("k/0001", &got); err != nil || got != "mine" {
 		t.Fatalf("own write read back as %q, %v", got, err)
+	}
+	if r := b.DBReads() - reads; r != 0 {
+		t.Fatalf("reading back its own write cost %d database reads, want 0 (kept at commit)", r)
 	}
 	seq, _ := b.CacheSeq()
 	waitFor(t, "a's cache to apply b's commit", func() bool { s, _ := a.CacheSeq(); return s >= seq })
