@@ -403,6 +403,31 @@ func TestSeenTimesPersisted(t *testing.T) {
 	if string(before) != string(after) {
 		t.Fatalf("settled reports rewrote the node record:\n%s\n%s", before, after)
 	}
+	// A time only 10 s newer than the stored one waits in memory; once
+	// the node has been quiet for a third of NodeTimeout it is written.
+	stored := func() time.Time {
+		t.Helper()
+		nodes, err := control.ListNodes(e.st)
+		if err != nil || len(nodes) != 1 {
+			t.Fatalf("ListNodes = %v, %v", nodes, err)
+		}
+		return nodes[0].LastSeen
+	}
+	last := clk.now()
+	clk.add(10 * time.Second)
+	n.report(t, applied(d, "192.0.2.51"))
+	e.sweep()
+	if got := stored(); !got.Equal(last) {
+		t.Fatalf("stored last seen %v after a report 10 s later, want still %v", got, last)
+	}
+	last = clk.now()
+	clk.add(30 * time.Second)
+	e.sweep()
+	if got := stored(); !got.Equal(last) {
+		t.Fatalf("stored last seen %v once the node went quiet, want %v", got, last)
+	}
+	n.report(t, applied(d, "192.0.2.51"))
+	e.sweep()
 	e.restart()
 	nodes, err := control.ListNodes(e.st)
 	if err != nil || len(nodes) != 1 {

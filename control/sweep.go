@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -71,10 +72,19 @@ func (s *Server) sweepLocked(due []serverRec) error {
 }
 
 // persistLastSeen writes the last-seen and report times node requests
-// noted in memory, as the nodes' seen records (seenRec).
-func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
-	seen := takeTimes(&s.seenMu, &s.lastSeen)
-	reported := takeTimes(&s.seenMu, &s.reported)
+// noted in memory, as the nodes' seen records (seenRec). A time is written
+// once it is seenEvery newer than the stored one, or once the node has
+// been quiet for seenEvery since: a node that keeps talking is written
+// every seenEvery rather than at every sweep (at 10 000 nodes, thousands
+// of records per sweep, each holding every change up while committed), and
+// the stored times lag by at most seenEvery and a sweep — well inside
+// NodeTimeout, which a node talking at least every long-poll never nears.
+// Until written, the times stay in memory, where this process's sweep and
+// answers see them.
+func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
+	s.seenMu.Lock()
+	seen, reported := maps.Clone(s.lastSeen), maps.Clone(s.reported)
+	s.seenMu.Unlock()
 	ids := make([]string, 0, len(seen)+len(reported))
 	for id := range seen {
 		ids = append(ids, id)
@@ -92,25 +102,49 @@ func (s *Server) persistLastSeen(m *mutation, _ time.Time) (bool, error) {
 		return false, err
 	}
 	m.seen = stored
-	dirty := false
+	every := s.cfg.NodeTimeout / 3
+	due := func(t, stored time.Time) bool { return t.Sub(stored) >= every || now.Sub(t) >= every }
+	written, dirty := map[string]seenRec{}, false
 	for _, id := range ids {
-		if _, ok := m.nodes[id]; !ok {
+		if _, ok := m.nodes[id]; !ok { // gone: forget its times
+			written[id] = seenRec{LastSeen: seen[id], ObservedAt: reported[id]}
 			continue
 		}
 		sr, changed := stored[id], false
-		if t, ok := seen[id]; ok && t.After(sr.LastSeen) {
+		if t, ok := seen[id]; ok && t.After(sr.LastSeen) && due(t, sr.LastSeen) {
 			sr.LastSeen, changed = t, true
 		}
-		if t, ok := reported[id]; ok && t.After(sr.ObservedAt) {
+		if t, ok := reported[id]; ok && t.After(sr.ObservedAt) && due(t, sr.ObservedAt) {
 			sr.ObservedAt, changed = t, true
 		}
 		if changed {
 			if err := m.put(pfxNodeSeen+id, sr); err != nil {
 				return false, err
 			}
-			stored[id], dirty = sr, true
+			stored[id], written[id], dirty = sr, sr, true
 		}
 	}
+	// Forget what is written (or never will be), unless newer came since.
+	s.seenMu.Lock()
+	for id, sr := range written {
+		if t, ok := s.lastSeen[id]; ok && !t.After(sr.LastSeen) {
+			delete(s.lastSeen, id)
+		}
+		if t, ok := s.reported[id]; ok && !t.After(sr.ObservedAt) {
+			delete(s.reported, id)
+		}
+	}
+	for id, t := range s.lastSeen { // stored already, or older than stored
+		if sr, ok := stored[id]; ok && !t.After(sr.LastSeen) {
+			delete(s.lastSeen, id)
+		}
+	}
+	for id, t := range s.reported {
+		if sr, ok := stored[id]; ok && !t.After(sr.ObservedAt) {
+			delete(s.reported, id)
+		}
+	}
+	s.seenMu.Unlock()
 	return dirty, nil
 }
 
