@@ -60,7 +60,7 @@ type Shared interface {
 	Lock(ctx context.Context, read ...string) (w KV, unlock func(), err error)
 	// Listen calls fn with the payload of every Notify committed by any
 	// process, until ctx ends; it reconnects by itself after an outage and
-	// calls fn with "" after each reconnect (notifications may have been
+	// calls fn with "" each time it (re)connects (notifications may have been
 	// missed in between).
 	Listen(ctx context.Context, fn func(payload string)) error
 }

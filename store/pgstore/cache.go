@@ -95,7 +95,6 @@ func (c *cache) release() { c.hold(0) }
 func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.held = 0
 	if !c.on || seq != c.seq+1 {
 		return
 	}

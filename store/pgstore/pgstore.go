@@ -83,8 +83,9 @@ type Store struct {
 }
 
 var (
-	_ store.Shared   = (*Store)(nil)
-	_ store.Notifier = (*batch)(nil)
+	_ store.Shared         = (*Store)(nil)
+	_ store.Notifier       = (*batch)(nil)
+	_ store.AsyncCommitter = (*batch)(nil)
 )
 
 // Open connects to the database at url (postgres://…), waits at most
@@ -452,18 +453,42 @@ func (b *batch) Discard() { b.done = true }
 func (b *batch) Empty() bool { return len(b.ops) == 0 && len(b.notes) == 0 }
 
 func (b *batch) Commit() error {
+	wait, err := b.CommitAsync()
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// CommitAsync (store.AsyncCommitter) sends a batch that commits in its
+// held section — its writes and COMMIT, pipelined — and returns without
+// waiting for the answer: the caller lets the next change take the lock
+// meanwhile, whose own lock statement the database queues until this
+// COMMIT is done, so the round trip is not spent holding the lock. wait
+// reads the answer; nothing is acknowledged before it returns nil. Any
+// other batch commits before CommitAsync returns.
+func (b *batch) CommitAsync() (wait func() error, err error) {
 	if b.done {
-		return errors.New("commit: batch already used")
+		return nil, errors.New("commit: batch already used")
 	}
 	b.done = true
 	if len(b.ops) == 0 && len(b.notes) == 0 {
-		return nil
+		return noWait, nil
 	}
 	if b.sec != nil {
 		if conn := b.sec.take(); conn != nil {
-			return b.s.commitIn(conn, b, false)
+			return b.s.sendCommit(conn, b, false), nil
 		}
 	}
+	if err := b.commitOwnRetried(); err != nil {
+		return nil, err
+	}
+	return noWait, nil
+}
+
+func noWait() error { return nil }
+
+func (b *batch) commitOwnRetried() error {
 	// A batch of its own decided nothing from reads, so a serialisation
 	// conflict (CockroachDB's transaction retry error) is retried here.
 	var err error
@@ -484,7 +509,7 @@ func (b *batch) commitOwn() error {
 	if err != nil {
 		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
-	return b.s.commitIn(conn, b, true)
+	return b.s.sendCommit(conn, b, true)()
 }
 
 // isRetryable reports a serialisation failure: nothing was committed and
@@ -500,19 +525,18 @@ const (
 	lockSQL  = "SELECT seq FROM hearth_lock WHERE id = 1 FOR UPDATE"
 )
 
-// commitIn applies the batch on conn and commits it, in one round trip:
-// the statements are pipelined with COMMIT after them (if one fails,
-// PostgreSQL skips the rest up to the pipeline's end, COMMIT included).
-// With begin, conn holds no transaction yet and the pipeline opens one
-// that takes the writer lock; otherwise conn's transaction holds it. conn
-// is released either way; one left inside a transaction (a failure) is
-// closed by the pool rather than reused.
-func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
-	defer conn.Release()
+// sendCommit sends the batch's statements on conn with COMMIT after them,
+// pipelined (if one fails, PostgreSQL skips the rest up to the pipeline's
+// end, COMMIT included), and returns the function that reads the answer:
+// one round trip in all. With begin, conn holds no transaction yet and the
+// pipeline opens one that takes the writer lock; otherwise conn's
+// transaction holds it. conn is released by the returned function; one
+// left inside a transaction (a failure) is closed by the pool rather than
+// reused.
+func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func() error) {
 	// From here the database may move past the cache at any moment.
 	s.cache.release()
 	ctx, cancel := s.ctx()
-	defer cancel()
 	// The batch's final value of each key, in two statements whatever its
 	// size (a sweep writes thousands of records): one upsert of arrays and
 	// one delete. Later writes of a key win, as in Pebble's batches.
@@ -560,27 +584,31 @@ func (s *Store) commitIn(conn *pgxpool.Conn, b *batch, begin bool) error {
 	}
 	pb.Queue("COMMIT")
 	br := conn.SendBatch(ctx, &pb)
-	var seq int64
-	var err error
-	for i := 0; i < pb.Len() && err == nil; i++ {
-		if i == seqAt {
-			err = br.QueryRow().Scan(&seq)
-		} else {
-			_, err = br.Exec()
+	return func() error {
+		defer cancel()
+		defer conn.Release()
+		var seq int64
+		var err error
+		for i := 0; i < pb.Len() && err == nil; i++ {
+			if i == seqAt {
+				err = br.QueryRow().Scan(&seq)
+			} else {
+				_, err = br.Exec()
+			}
 		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("commit: %w", classify(err))
+		}
+		if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
+			// COMMIT of a failed transaction answers ROLLBACK, not an error.
+			return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
+		}
+		s.cache.committed(uint64(seq), putK, putV, delK)
+		return nil
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("commit: %w", classify(err))
-	}
-	if st := conn.Conn().PgConn().TxStatus(); st != 'I' {
-		// COMMIT of a failed transaction answers ROLLBACK, not an error.
-		return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
-	}
-	s.cache.committed(uint64(seq), putK, putV, delK)
-	return nil
 }
 
 // section is a held writer lock: a connection inside a transaction that
@@ -719,9 +747,10 @@ func (v *view) Delete(key string) error { return store.DeleteOne(v.NewBatch, key
 func (v *view) Close() error { return nil }
 
 // Listen delivers every notification committed by any process to fn, on a
-// connection of its own, until ctx ends. After a lost connection it
-// reconnects with a growing pause and calls fn("") so the caller rechecks
-// whatever it may have missed.
+// connection of its own, until ctx ends. Each time its LISTEN is in force
+// (the first time too: a waiter may have started before) it calls fn("")
+// so the caller rechecks whatever it may have missed; after a lost
+// connection it reconnects with a growing pause.
 func (s *Store) Listen(ctx context.Context, fn func(payload string)) error {
 	if s.crdb {
 		<-ctx.Done()
@@ -771,6 +800,7 @@ func (s *Store) listenOnce(ctx context.Context, fn func(string)) error {
 	}
 	s.cache.start(uint64(base))
 	defer s.cache.stop()
+	fn("")
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
