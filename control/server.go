@@ -121,6 +121,7 @@ type Server struct {
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
 	reported  map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
+	persisted map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
 	cursorKey []byte               // signs list cursors (list.go)
 
 	// started bounds how long a node can have been silent: time the
@@ -185,6 +186,7 @@ func New(cfg Config) (*Server, error) {
 		projNames: map[string]string{},
 		lastSeen:  map[string]time.Time{},
 		reported:  map[string]time.Time{},
+		persisted: map[string]seenRec{},
 		credNode:  map[string]string{},
 	}
 	s.w = s.st

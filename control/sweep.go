@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -82,65 +83,70 @@ func (s *Server) sweepLocked(due []serverRec) error {
 // Until written, the times stay in memory, where this process's sweep and
 // answers see them.
 func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
-	s.seenMu.Lock()
-	seen, reported := maps.Clone(s.lastSeen), maps.Clone(s.reported)
-	s.seenMu.Unlock()
-	ids := make([]string, 0, len(seen)+len(reported))
-	for id := range seen {
-		ids = append(ids, id)
+	every := s.cfg.NodeTimeout / 3
+	due := func(t, stored time.Time) bool {
+		return t.After(stored) && (t.Sub(stored) >= every || now.Sub(t) >= every)
 	}
-	for id := range reported {
-		if _, ok := seen[id]; !ok {
-			ids = append(ids, id)
+	// The candidates are chosen against what this process last knew to
+	// be stored, without reading anything: at 10 000 nodes nearly every
+	// node has a time waiting, and only a few are due.
+	s.seenMu.Lock()
+	cand := map[string]bool{}
+	for id, t := range s.lastSeen {
+		if due(t, s.persisted[id].LastSeen) {
+			cand[id] = true
 		}
 	}
-	if err := m.loadNodes(ids); err != nil { // nodes that went are skipped
-		return false, err
+	for id, t := range s.reported {
+		if due(t, s.persisted[id].ObservedAt) {
+			cand[id] = true
+		}
 	}
+	seen, reported := make(map[string]time.Time, len(cand)), make(map[string]time.Time, len(cand))
+	for id := range cand {
+		if t, ok := s.lastSeen[id]; ok {
+			seen[id] = t
+		}
+		if t, ok := s.reported[id]; ok {
+			reported[id] = t
+		}
+	}
+	s.seenMu.Unlock()
+	if len(cand) == 0 {
+		return false, nil
+	}
+	ids := slices.Collect(maps.Keys(cand))
+	// Another replica may have stored newer times: they are kept.
 	stored, err := loadSeen(m.r, ids)
 	if err != nil {
 		return false, err
 	}
 	m.seen = stored
-	every := s.cfg.NodeTimeout / 3
-	due := func(t, stored time.Time) bool { return t.Sub(stored) >= every || now.Sub(t) >= every }
-	written, dirty := map[string]seenRec{}, false
+	dirty := false
 	for _, id := range ids {
-		if _, ok := m.nodes[id]; !ok { // gone: forget its times
-			written[id] = seenRec{LastSeen: seen[id], ObservedAt: reported[id]}
-			continue
-		}
 		sr, changed := stored[id], false
-		if t, ok := seen[id]; ok && t.After(sr.LastSeen) && due(t, sr.LastSeen) {
+		if t, ok := seen[id]; ok && due(t, sr.LastSeen) {
 			sr.LastSeen, changed = t, true
 		}
-		if t, ok := reported[id]; ok && t.After(sr.ObservedAt) && due(t, sr.ObservedAt) {
+		if t, ok := reported[id]; ok && due(t, sr.ObservedAt) {
 			sr.ObservedAt, changed = t, true
 		}
 		if changed {
 			if err := m.put(pfxNodeSeen+id, sr); err != nil {
 				return false, err
 			}
-			stored[id], written[id], dirty = sr, sr, true
+			stored[id], dirty = sr, true
 		}
 	}
-	// Forget what is written (or never will be), unless newer came since.
+	// Forget the times now stored, unless newer came since.
 	s.seenMu.Lock()
-	for id, sr := range written {
+	for _, id := range ids {
+		sr := stored[id]
+		s.persisted[id] = sr
 		if t, ok := s.lastSeen[id]; ok && !t.After(sr.LastSeen) {
 			delete(s.lastSeen, id)
 		}
 		if t, ok := s.reported[id]; ok && !t.After(sr.ObservedAt) {
-			delete(s.reported, id)
-		}
-	}
-	for id, t := range s.lastSeen { // stored already, or older than stored
-		if sr, ok := stored[id]; ok && !t.After(sr.LastSeen) {
-			delete(s.lastSeen, id)
-		}
-	}
-	for id, t := range s.reported {
-		if sr, ok := stored[id]; ok && !t.After(sr.ObservedAt) {
 			delete(s.reported, id)
 		}
 	}
