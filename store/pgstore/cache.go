@@ -88,14 +88,16 @@ func (c *cache) hold(seq uint64) {
 func (c *cache) release() { c.hold(0) }
 
 // committed applies this process's own commit at once, if the cache is at
-// the commit before it: the values it wrote (putK[i] → putV[i], delK
-// gone) are the records as of seq, so they are kept rather than evicted,
-// and reading back what was just written costs no round trip. Otherwise
-// the invalidation catches the cache up later.
+// the commit before it, or already at it (the commit's invalidation can
+// reach the listener before the committer reads its answer): the values
+// it wrote (putK[i] → putV[i], delK gone) are the records as of seq, so
+// they are kept rather than evicted, and reading back what was just
+// written costs no round trip. Otherwise the invalidation catches the
+// cache up later.
 func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.on || seq != c.seq+1 {
+	if !c.on || (seq != c.seq+1 && seq != c.seq) {
 		return
 	}
 	if c.recs == nil || len(c.recs)+len(putK)+len(delK) > maxCached {
@@ -146,8 +148,17 @@ func (c *cache) apply(payload string) (ok bool) {
 		c.recs = nil // malformed: no key can be trusted
 		return true
 	}
-	if !c.on || seq <= c.seq {
+	switch {
+	case !c.on || seq == c.seq:
 		return true // applied already: this process's own commit
+	case seq < c.seq:
+		// The sequence went back: the database was restored from a
+		// backup (or, just after start, a commit from before the
+		// baseline). Nothing cached can be trusted.
+		if final {
+			c.recs, c.seq = nil, seq
+		}
+		return true
 	}
 	if final && seq != c.seq+1 {
 		all = true // a commit was missed

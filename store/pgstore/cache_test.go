@@ -64,20 +64,40 @@ func TestCacheRules(t *testing.T) {
 	if c.apply(invPrefix+"12:f\ngone") != true || c.seq != 12 {
 		t.Fatalf("own commit's invalidation: seq %d", c.seq)
 	}
-	c.fill("b", v("2"), 12)
-	c.apply(invPrefix + "14:f\nx") // 13 missed
-	if _, ok := c.lookup("b", new(uint64)); ok || c.seq != 14 {
+	if r, ok := c.lookup("gone", new(uint64)); !ok || string(r.val) != "back" {
+		t.Fatal("own commit's invalidation, arriving after, evicted its values")
+	}
+	// The invalidation of an own commit may arrive before the committer
+	// has its answer: the values it wrote are still the records as of it.
+	c.apply(invPrefix + "13:f\nfirst")
+	c.committed(13, [][]byte{[]byte("first")}, [][]byte{[]byte("1")}, nil)
+	if r, ok := c.lookup("first", new(uint64)); !ok || string(r.val) != "1" || c.seq != 13 {
+		t.Fatalf("own commit after its invalidation: %v %v (seq %d)", r, ok, c.seq)
+	}
+	c.committed(12, [][]byte{[]byte("first")}, [][]byte{[]byte("old")}, nil)
+	if r, _ := c.lookup("first", new(uint64)); string(r.val) != "1" {
+		t.Fatal("a commit older than the cache overwrote a record")
+	}
+	c.apply(invPrefix + "14:f\nx")
+	c.fill("b", v("2"), 14)
+	c.apply(invPrefix + "16:f\nx") // 15 missed
+	if _, ok := c.lookup("b", new(uint64)); ok || c.seq != 16 {
 		t.Fatalf("a missed commit did not start over (seq %d)", c.seq)
 	}
-	c.fill("b", v("2"), 14)
+	c.fill("b", v("2"), 16)
 	c.apply(invPrefix + "junk\nb")
 	if _, ok := c.lookup("b", new(uint64)); ok {
 		t.Fatal("a malformed invalidation did not start over")
 	}
+	c.fill("b", v("2"), 16)
+	c.apply(invPrefix + "3:f\nother") // the database restored from a backup
+	if _, ok := c.lookup("b", new(uint64)); ok || c.seq != 3 {
+		t.Fatalf("a sequence gone back did not start over (seq %d)", c.seq)
+	}
 	if c.apply("wake/nd_1") {
 		t.Fatal("another payload taken for an invalidation")
 	}
-	c.fill("b", v("2"), 14)
+	c.fill("b", v("2"), 3)
 	c.stop()
 	if _, ok := c.lookup("b", new(uint64)); ok {
 		t.Fatal("cache answers after the listener stopped")

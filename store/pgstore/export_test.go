@@ -9,3 +9,14 @@ func (s *Store) CacheSeq() (uint64, bool) {
 	defer s.cache.mu.Unlock()
 	return s.cache.seq, s.cache.on
 }
+
+// DBSeq is the database's commit sequence now.
+func (s *Store) DBSeq() uint64 {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	var seq int64
+	if err := s.pool.QueryRow(ctx, "SELECT seq FROM hearth_lock WHERE id = 1").Scan(&seq); err != nil {
+		panic(err)
+	}
+	return uint64(seq)
+}

@@ -442,8 +442,10 @@ func TestCacheAcrossStores(t *testing.T) {
 	}
 	caughtUp := func() {
 		t.Helper()
-		seq, _ := a.CacheSeq()
-		waitFor(t, "b's cache to apply a's commit", func() bool { s, _ := b.CacheSeq(); return s >= seq })
+		seq := a.DBSeq()
+		for _, st := range []*pgstore.Store{a, b} {
+			waitFor(t, "the caches to apply every commit", func() bool { s, _ := st.CacheSeq(); return s >= seq })
+		}
 	}
 	readAll := func(kv store.KV, want string) int64 {
 		t.Helper()
@@ -496,8 +498,7 @@ func TestCacheAcrossStores(t *testing.T) {
 	if r := b.DBReads() - reads; r != 0 {
 		t.Fatalf("reading back its own write cost %d database reads, want 0 (kept at commit)", r)
 	}
-	seq, _ := b.CacheSeq()
-	waitFor(t, "a's cache to apply b's commit", func() bool { s, _ := a.CacheSeq(); return s >= seq })
+	caughtUp()
 	if err := a.Lagging().Get("k/0001", &got); err != nil || got != "mine" {
 		t.Fatalf("other store reads %q, %v; want mine", got, err)
 	}
