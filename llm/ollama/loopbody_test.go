@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // nopConn is a connection whose Close does nothing, for bodies read from
@@ -243,4 +244,46 @@ func trunc(b []byte) []byte {
 		return b[:300]
 	}
 	return b
+}
+
+// wait returns once the runtime has sent the next chunk's size line (or
+// any body bytes), not before, and leaves the line to readLine.
+func TestLoopBodyWait(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	tok := string(tokenLine("a"))
+	chunk := strconvHex(len(tok)) + "\r\n" + tok + "\r\n"
+	go io.WriteString(server, chunkedHead+chunk)
+	pc := &loopConn{c: client, br: bufio.NewReaderSize(client, loopReadBufferSize)}
+	resp, err := http.ReadResponse(pc.br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newLoopTransport(1).body(pc, context.Background(), func() bool { return true }, resp, false)
+	b.wait() // the first line is on its way: returns once it is here
+	if line, err := b.readLine(); err != nil || string(line) != tok {
+		t.Fatalf("readLine = %q, %v", line, err)
+	}
+	waited := make(chan struct{})
+	go func() { b.wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("wait returned before the runtime sent anything more")
+	case <-time.After(50 * time.Millisecond):
+	}
+	go io.WriteString(server, chunk)
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait did not return when the next chunk came")
+	}
+	if line, err := b.readLine(); err != nil || string(line) != tok {
+		t.Fatalf("readLine after wait = %q, %v", line, err)
+	}
+	go io.WriteString(server, "0\r\n\r\n")
+	b.wait()
+	if _, err := b.readLine(); err != io.EOF {
+		t.Fatalf("readLine at the end = %v", err)
+	}
 }

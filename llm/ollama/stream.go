@@ -51,6 +51,8 @@ type lineSource interface {
 	// bufferedLine reports whether a whole line is buffered: readLine
 	// returns it without waiting on the runtime.
 	bufferedLine() bool
+	// wait waits until some of the body is buffered, or the body ended.
+	wait()
 	// Read reads the rest of the body; Close ends it.
 	io.ReadCloser
 }
@@ -93,6 +95,12 @@ func (l *bufLines) readLine() ([]byte, error) {
 		}
 	}
 	return line, err
+}
+
+func (l *bufLines) wait() {
+	if l.br.Buffered() == 0 {
+		_, _ = l.br.Peek(1) // an error is the next read's too
+	}
 }
 
 func (l *bufLines) bufferedLine() bool {
@@ -226,7 +234,17 @@ func (s *stream) readLine() ([]byte, error) {
 	return nil, err
 }
 
-var _ llm.Buffered = (*stream)(nil)
+var (
+	_ llm.Buffered = (*stream)(nil)
+	_ llm.Waiter   = (*stream)(nil)
+)
+
+// Wait implements llm.Waiter.
+func (s *stream) Wait() {
+	if s.n == 0 && s.err == nil && !s.done {
+		s.lines.wait()
+	}
+}
 
 // Buffered implements runtime.Buffered: it reports whether Recv will
 // return an event without waiting on the runtime. Lines already complete

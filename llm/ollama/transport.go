@@ -604,6 +604,19 @@ func indexNL(p []byte) int {
 	return -1
 }
 
+// wait waits until the next chunk has begun (its size line read) or some
+// of the body is in the read buffer, or the body ended. An error is kept
+// for the next read (the connection's errors are lasting ones).
+func (b *loopBody) wait() {
+	switch {
+	case b.err != nil || b.bufferedLine():
+	case b.chunked && b.rem == 0:
+		_ = b.more()
+	case b.br.Buffered() == 0:
+		_, _ = b.br.Peek(1)
+	}
+}
+
 // bufferedLine reports whether a whole line is in the read buffer, so
 // that readLine returns it without reading from the connection. It reads
 // nothing.
