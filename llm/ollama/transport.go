@@ -24,7 +24,7 @@ import (
 // them; for thousands of long streams to one local runtime that is ~16 KiB
 // of stacks and buffers per stream spent on nothing (BENCHMARKS.md).
 //
-// A connection holds one buffer, its 2 KiB read buffer: a request is
+// A connection holds one buffer, its 1 KiB read buffer: a request is
 // written from a pooled buffer, and an answer's body is read in place from
 // the read buffer (loopBody), chunked framing removed as it goes, so the
 // stream reads the runtime's lines without a buffer of its own. The answer's
@@ -51,11 +51,13 @@ func newLoopTransport(maxIdle int) *loopTransport {
 	return &loopTransport{dial: d.DialContext, maxIdle: maxIdle, idle: map[string][]*loopConn{}}
 }
 
-// loopReadBufferSize is a connection's read buffer. A token line is ~130
-// bytes with its chunk framing, so a burst of a dozen tokens is read with
-// one read and relayed with one write (stream.Buffered); a longer line is
-// assembled in loopBody.long.
-const loopReadBufferSize = 2 << 10
+// loopReadBufferSize is a connection's read buffer, the one buffer a
+// stream holds on the runtime's side. A token line is ~130 bytes with its
+// chunk framing, so a burst of half a dozen tokens is read with one read
+// and relayed with one write (stream.Buffered), and its SSE encoding fits
+// fasthttp's 2 KiB write buffer; a longer line is assembled in
+// loopBody.long.
+const loopReadBufferSize = 1 << 10
 
 // loopConn is one connection with its read buffer.
 type loopConn struct {
