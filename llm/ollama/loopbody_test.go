@@ -287,3 +287,87 @@ func TestLoopBodyWait(t *testing.T) {
 		t.Fatalf("readLine at the end = %v", err)
 	}
 }
+
+// checkParseHead fails if parseHead accepts a head that net/http reads
+// otherwise: another status, framing, length, Connection: close, or
+// length of the head.
+func checkParseHead(t *testing.T, raw []byte) {
+	resp, n, ok := parseHead(raw)
+	if !ok {
+		return
+	}
+	br := bufio.NewReaderSize(bytes.NewReader(raw), len(raw)+16)
+	want, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("parseHead accepted a head net/http refuses (%v):\n%q", err, raw)
+	}
+	if consumed := len(raw) - br.Buffered(); consumed != n {
+		t.Fatalf("head of %d bytes, net/http's %d:\n%q", n, consumed, raw)
+	}
+	chunked := len(want.TransferEncoding) > 0 && want.TransferEncoding[0] == "chunked"
+	if resp.StatusCode != want.StatusCode || resp.Status != want.Status || resp.Close != want.Close ||
+		(resp.TransferEncoding != nil) != chunked || (!chunked && resp.ContentLength != want.ContentLength) {
+		t.Fatalf("parseHead: %d %q close=%v te=%v cl=%d; net/http: %d %q close=%v te=%v cl=%d\n%q",
+			resp.StatusCode, resp.Status, resp.Close, resp.TransferEncoding, resp.ContentLength,
+			want.StatusCode, want.Status, want.Close, want.TransferEncoding, want.ContentLength, raw)
+	}
+}
+
+func headSeeds() []string {
+	return []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nDate: Mon, 23 Nov 2026 15:00:00 GMT\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nab\ncd",
+		"HTTP/1.1 404 Not Found\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 17\r\n\r\n{\"error\":\"boom\"}\n",
+		"HTTP/1.1 500\r\ncontent-length: 0\r\nconnection: Keep-Alive\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length:  +5 \r\n\r\n",
+		"HTTP/1.1 200 OK\r\n Folded: x\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\x7fb\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close, upgrade\r\n\r\n",
+	}
+}
+
+func TestParseHeadAgreesWithNetHTTP(t *testing.T) {
+	accepted := 0
+	for _, raw := range headSeeds() {
+		if _, _, ok := parseHead([]byte(raw)); ok {
+			accepted++
+		}
+		checkParseHead(t, []byte(raw))
+	}
+	if accepted < 4 {
+		t.Fatalf("parseHead accepted %d of the plain heads", accepted)
+	}
+}
+
+func FuzzParseHead(f *testing.F) {
+	for _, raw := range headSeeds() {
+		f.Add([]byte(raw))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		checkParseHead(t, raw)
+	})
+}
+
+// A head that is not whole in the buffer, or not plain, is read by
+// net/http: the answer reads the same either way.
+func TestReadHeadFallsBack(t *testing.T) {
+	for _, raw := range append(headSeeds(), loopBodySeeds()...) {
+		for _, src := range []func(io.Reader) io.Reader{func(r io.Reader) io.Reader { return r }, iotest.OneByteReader} {
+			want, wantErr := http.ReadResponse(bufio.NewReaderSize(bytes.NewReader([]byte(raw)), loopReadBufferSize), nil)
+			got, err := readHead(bufio.NewReaderSize(src(bytes.NewReader([]byte(raw))), loopReadBufferSize))
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("readHead err %v, net/http's %v:\n%q", err, wantErr, raw)
+			}
+			if err == nil && (got.StatusCode != want.StatusCode || got.Close != want.Close || got.ContentLength != want.ContentLength) {
+				t.Fatalf("readHead %d close=%v cl=%d; net/http %d close=%v cl=%d:\n%q", got.StatusCode, got.Close, got.ContentLength, want.StatusCode, want.Close, want.ContentLength, raw)
+			}
+		}
+	}
+}

@@ -104,7 +104,7 @@ func (t *loopTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			bw.Reset(nil)
 			loopWriters.Put(bw)
 			return err
-		})
+		}, readResponse)
 		if err == nil {
 			resp.Request = req
 			return resp, nil
@@ -128,6 +128,9 @@ func (t *loopTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 }
+
+// readResponse reads an answer's head with net/http.
+func readResponse(br *bufio.Reader) (*http.Response, error) { return http.ReadResponse(br, nil) }
 
 // dialHost is u's host:port.
 func dialHost(u *url.URL) string {
@@ -193,7 +196,7 @@ func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte) (
 		resp, err := t.send(pc, ctx, false, func(w net.Conn) error {
 			_, err := w.Write(req)
 			return err
-		})
+		}, readHead)
 		if err == nil {
 			return resp, nil
 		}
@@ -267,7 +270,7 @@ func (t *loopTransport) CloseIdleConnections() {
 
 // send writes a request on pc with write and reads the answer's headers.
 // On an error pc is closed.
-func (t *loopTransport) send(pc *loopConn, ctx context.Context, reqClose bool, write func(net.Conn) error) (*http.Response, error) {
+func (t *loopTransport) send(pc *loopConn, ctx context.Context, reqClose bool, write func(net.Conn) error, read func(*bufio.Reader) (*http.Response, error)) (*http.Response, error) {
 	// The caller's end closes the connection, which interrupts whatever it
 	// is doing and tells the runtime to stop; no goroutine waits for it.
 	stop := context.AfterFunc(ctx, func() { pc.c.Close() })
@@ -282,7 +285,7 @@ func (t *loopTransport) send(pc *loopConn, ctx context.Context, reqClose bool, w
 	if err := write(pc.c); err != nil {
 		return fail(err)
 	}
-	resp, err := http.ReadResponse(pc.br, nil)
+	resp, err := read(pc.br)
 	if err != nil {
 		return fail(err)
 	}
@@ -339,6 +342,7 @@ var (
 	errEmptyHexNumber   = errors.New("empty hex number for chunk length")
 	errChunkLineEnd     = errors.New("chunked line does not end with CRLF alone")
 	errTooMuchNonData   = errors.New("chunked encoding contains too much non-data")
+	errLongTrailer      = errors.New("http: suspiciously long trailer after chunked body")
 )
 
 // more makes the next body bytes readable: rem > 0 (or -1) on a nil error,
@@ -384,9 +388,16 @@ func (b *loopBody) more() error {
 	if n == 0 {
 		// The last chunk, then the trailer (ignored: a stream has none
 		// to act on), read as net/http reads it.
-		if p, _ := b.br.Peek(2); len(p) == 2 && p[0] == '\r' && p[1] == '\n' {
+		p, _ := b.br.Peek(2)
+		if len(p) == 2 && p[0] == '\r' && p[1] == '\n' {
 			b.br.Discard(2)
 			return b.finish()
+		}
+		if len(p) < 2 {
+			return b.fail(io.ErrUnexpectedEOF)
+		}
+		if !seeDoubleCRLF(b.br) {
+			return b.fail(errLongTrailer)
 		}
 		if _, err := textproto.NewReader(b.br).ReadMIMEHeader(); err != nil {
 			return b.fail(unexpected(err))
@@ -395,6 +406,20 @@ func (b *loopBody) more() error {
 	}
 	b.rem, b.crlf = n, true
 	return nil
+}
+
+// seeDoubleCRLF reports whether the trailer's end is within what the
+// buffer holds (net/http's seeUpcomingDoubleCRLF).
+func seeDoubleCRLF(r *bufio.Reader) bool {
+	for n := 4; ; n++ {
+		buf, err := r.Peek(n)
+		if bytes.HasSuffix(buf, []byte("\r\n\r\n")) {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
 }
 
 // chunkLine reads a chunk-size line and returns it without its CRLF, with
@@ -689,4 +714,154 @@ func (b *loopBody) release(done bool) {
 		}
 		b.pc.c.Close()
 	})
+}
+
+// readHead reads an answer's status line and headers from br: in place
+// (parseHead) when the whole head is buffered and of the plain shape a
+// runtime sends, otherwise with net/http's ReadResponse. Either way only
+// what the transport acts on is kept: status, framing, Connection: close.
+func readHead(br *bufio.Reader) (*http.Response, error) {
+	if _, err := br.Peek(1); err == nil {
+		buf, _ := br.Peek(br.Buffered())
+		if resp, n, ok := parseHead(buf); ok {
+			br.Discard(n)
+			return resp, nil
+		}
+	}
+	return http.ReadResponse(br, nil)
+}
+
+// parseHead parses the head at the start of buf if it is whole and plain:
+// HTTP/1.1, a final status with a body, its body framed by exactly one of
+// Content-Length or Transfer-Encoding: chunked, header lines of one line
+// each, Connection only close or keep-alive. Anything else is left to
+// net/http (ok false). n is the head's length. FuzzParseHead checks that
+// net/http reads every head it accepts the same way.
+func parseHead(buf []byte) (resp *http.Response, n int, ok bool) {
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		return nil, 0, false
+	}
+	head := buf[:end+2] // each line with its CRLF
+	line, rest := cutLine(head)
+	const proto = "HTTP/1.1 "
+	if len(line) < len(proto)+3 || string(line[:len(proto)]) != proto {
+		return nil, 0, false
+	}
+	code := 0
+	for _, c := range line[len(proto) : len(proto)+3] {
+		if c < '0' || c > '9' {
+			return nil, 0, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	status := line[len(proto):]
+	if code < 200 || code == 204 || code == 304 || (len(status) > 3 && status[3] != ' ') || !plainValue(status) {
+		return nil, 0, false
+	}
+	resp = &http.Response{
+		Status: string(status), StatusCode: code,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, ContentLength: -1,
+	}
+	for len(rest) > 0 {
+		line, rest = cutLine(rest)
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !tokenName(line[:colon]) {
+			return nil, 0, false
+		}
+		name, value := line[:colon], trimSP(line[colon+1:])
+		if !plainValue(value) {
+			return nil, 0, false
+		}
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			if resp.ContentLength >= 0 || len(value) == 0 || len(value) > 18 {
+				return nil, 0, false
+			}
+			var cl int64
+			for _, c := range value {
+				if c < '0' || c > '9' {
+					return nil, 0, false
+				}
+				cl = cl*10 + int64(c-'0')
+			}
+			resp.ContentLength = cl
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			if resp.TransferEncoding != nil || !asciiEqualFold(value, "chunked") {
+				return nil, 0, false
+			}
+			resp.TransferEncoding = []string{"chunked"}
+		case asciiEqualFold(name, "Connection"):
+			switch {
+			case asciiEqualFold(value, "close"):
+				resp.Close = true
+			case asciiEqualFold(value, "keep-alive"):
+			default:
+				return nil, 0, false
+			}
+		case asciiEqualFold(name, "Trailer"):
+			return nil, 0, false
+		}
+	}
+	if (resp.ContentLength >= 0) == (resp.TransferEncoding != nil) {
+		return nil, 0, false
+	}
+	return resp, end + 4, true
+}
+
+// cutLine cuts the first CRLF-terminated line off b.
+func cutLine(b []byte) (line, rest []byte) {
+	i := bytes.Index(b, []byte("\r\n"))
+	return b[:i], b[i+2:]
+}
+
+func trimSP(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// plainValue reports whether v is printable ASCII (and tabs) only.
+func plainValue(v []byte) bool {
+	for _, c := range v {
+		if (c < ' ' && c != '\t') || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenName reports whether b is a header name of letters, digits and
+// '-' only.
+func tokenName(b []byte) bool {
+	for _, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
 }
