@@ -21,7 +21,8 @@ func profileWindow(sc Scenario) (wait time.Duration, seconds int) {
 
 // profileHearthd takes a CPU profile of hearthd from its metrics listener
 // while a scenario runs, then heap and goroutine snapshots (still under
-// load), and writes them to dir as <scenario>.cpu.pprof etc. The returned
+// load), and writes them to dir as <scenario>.cpu.pprof etc. (the heap
+// also as text, <scenario>.heap.txt, for its MemStats). The returned
 // function waits for it and reports what failed.
 func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) func() error {
 	done := make(chan error, 1)
@@ -39,6 +40,11 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 		err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof")
 		if err == nil {
 			err = get("/debug/pprof/heap", "heap.pprof")
+		}
+		if err == nil {
+			// The text form ends with runtime.MemStats: stacks, heap in
+			// use and released, what RSS is made of beyond the live heap.
+			err = get("/debug/pprof/heap?debug=1", "heap.txt")
 		}
 		if err == nil {
 			err = get("/debug/pprof/goroutine", "goroutine.pprof")

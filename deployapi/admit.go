@@ -56,7 +56,7 @@ func (a *API) admit(ctx *fasthttp.RequestCtx, decode func(s *served) (slots int,
 	if !ok {
 		return nil, false
 	}
-	n, e := decode(s)
+	n, e := decodeAside(s, decode)
 	if e == nil && n > a.lim.maxSlots() {
 		// Its slots could never be granted together (limiter.acquireN).
 		e = &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "integer_above_max_value", Param: "n",
@@ -130,4 +130,21 @@ func (a *API) allowKey(ctx *fasthttp.RequestCtx, key apikeys.Key) bool {
 		return true
 	}
 	return false
+}
+
+// decodeAside runs decode (the request's JSON) in a goroutine of its own
+// and waits for it. encoding/json's reflection takes the stack past 8 KiB;
+// in the connection's goroutine that would double its stack to 16 KiB for
+// as long as the connection lives, streams included, since the Go runtime
+// gives a stack back only at a GC, which a steady load of streams seldom
+// causes. The short-lived goroutine's stack is freed when it ends. It
+// costs a goroutine start and a hand-over per request (BENCHMARKS.md).
+func decodeAside(s *served, decode func(s *served) (int, *openai.Error)) (n int, e *openai.Error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n, e = decode(s)
+	}()
+	<-done
+	return n, e
 }

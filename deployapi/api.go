@@ -140,7 +140,13 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 		// WriteTimeout stays 0: fasthttp would apply it to the whole
 		// response, cutting long streams. Stalled readers are bounded per
 		// write instead (WriteStallTimeout).
-		ReadBufferSize:               readBufferSize,
+		ReadBufferSize:  readBufferSize,
+		WriteBufferSize: writeBufferSize,
+		// The read buffer goes back to a pool once a request is read
+		// (unless a pipelined one follows it), and an idle keep-alive
+		// connection holds no buffers: a stream, which may last minutes,
+		// holds only its write buffer (BENCHMARKS.md).
+		ReduceMemoryUsage:            true,
 		NoDefaultServerHeader:        false,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,

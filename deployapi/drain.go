@@ -6,8 +6,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// readBufferSize is fasthttp's per-connection read buffer.
+// readBufferSize is fasthttp's read buffer, which bounds a request's
+// headers. With ReduceMemoryUsage a connection holds it only while it reads
+// a request, so the allowance for long headers costs streams nothing.
 const readBufferSize = 8192
+
+// writeBufferSize is fasthttp's write buffer, held by a connection for as
+// long as its response is written: minutes for a stream. An SSE chunk
+// (~250 bytes a token) and a burst of a few tokens fit; fasthttp hands a
+// streamed body over at most 4 KiB at a time, and a larger one is written
+// in two writes.
+const writeBufferSize = 2048
 
 // Bounds on reading and discarding a refused body.
 const (

@@ -143,6 +143,11 @@ func (b *sseBody) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		b.put()
+		// Wait for the runtime here, in a short call: this is where a
+		// stream spends its time between tokens (llm.Waiter).
+		if w, ok := b.c.stream.(llm.Waiter); ok {
+			w.Wait()
+		}
 		now := b.fill()
 		// A client that stops reading must not pin a generation slot
 		// forever: bound each write. Moving the deadline costs a timer

@@ -113,6 +113,17 @@ type Buffered interface {
 	Buffered() bool
 }
 
+// Waiter is implemented by streams that can wait for the runtime's next
+// bytes in a short call. The API calls Wait before a Recv that would wait:
+// a stream spends nearly all its life between tokens, and the Go runtime
+// shrinks a waiting goroutine's stack only if it uses less than a quarter
+// of it, so a short stack there halves the memory of thousands of streams.
+// Wait returns at once if an event or an error is ready; it reports
+// nothing, the next Recv does.
+type Waiter interface {
+	Wait()
+}
+
 // Message is one chat message in runtime terms.
 type Message struct {
 	Role      string // system, user, assistant or tool

@@ -11,7 +11,6 @@
 package ollama
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -91,8 +90,12 @@ type Backend struct {
 	genURL  string // /api/generate
 	embURL  string // /api/embed
 	hc      *http.Client
-	api     *api.Client
-	log     *slog.Logger
+	// With the loop transport (the default for http), generations are
+	// posted through it directly (loopTransport.post).
+	lt            *loopTransport
+	chatTo, genTo *loopTarget
+	api           *api.Client
+	log           *slog.Logger
 }
 
 // New returns a Backend for cfg.
@@ -105,6 +108,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("ollama: invalid base URL %q", cfg.BaseURL)
 	}
 	hc := cfg.HTTPClient
+	var lt *loopTransport
 	if hc == nil {
 		maxConns := cfg.MaxConns
 		if maxConns <= 0 {
@@ -116,9 +120,10 @@ func New(cfg Config) (*Backend, error) {
 		// next request dials again (a TIME_WAIT socket per request under
 		// load). Connections are not capped: the daemon's admission
 		// control is the limit, and a cap would add a second, silent queue.
-		var tr http.RoundTripper = newLoopTransport(maxConns)
-		if u.Scheme != "http" {
-			tr = loopbackTransport(maxConns)
+		var tr http.RoundTripper = loopbackTransport(maxConns)
+		if u.Scheme == "http" {
+			lt = newLoopTransport(maxConns)
+			tr = lt
 		}
 		hc = &http.Client{Transport: tr}
 	}
@@ -127,7 +132,7 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	base := strings.TrimRight(u.String(), "/")
-	return &Backend{
+	b := &Backend{
 		cfg:     cfg,
 		base:    base,
 		chatURL: base + "/api/chat",
@@ -136,7 +141,17 @@ func New(cfg Config) (*Backend, error) {
 		hc:      hc,
 		api:     api.NewClient(u, hc),
 		log:     log,
-	}, nil
+	}
+	if lt != nil {
+		if b.chatTo, err = newLoopTarget(b.chatURL); err == nil {
+			b.genTo, err = newLoopTarget(b.genURL)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ollama: invalid base URL %q: %w", cfg.BaseURL, err)
+		}
+		b.lt = lt
+	}
+	return b, nil
 }
 
 // Model is the model this backend serves.
@@ -399,35 +414,39 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
-	return b.generate(ctx, b.chatURL, body)
+	return b.generate(ctx, b.chatURL, b.chatTo, body)
 }
 
 // generate posts body to url (/api/chat or /api/generate, whose NDJSON
-// answers the stream reads alike) and returns the stream once its first
-// line has arrived: Chat's contract.
-func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.Stream, error) {
+// answers the stream reads alike; to is the same URL for the loop
+// transport) and returns the stream once its first line has arrived:
+// Chat's contract.
+func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body []byte) (llm.Stream, error) {
 	// The request lives until the stream ends, past ctx while the prompt
 	// is read; cancelling it makes Ollama stop generating.
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		cancel(nil)
-		return nil, fmt.Errorf("ollama: build request: %w", err)
+	send := func() (*http.Response, error) { return b.lt.post(rctx, to, body) }
+	if b.lt == nil {
+		hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			cancel(nil)
+			return nil, fmt.Errorf("ollama: build request: %w", err)
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Accept", "application/x-ndjson")
+		send = func() (*http.Response, error) { return b.hc.Do(hreq) }
 	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/x-ndjson")
 	s := &stream{ctx: rctx, cancel: cancel, b: b}
 
 	// first reads the answer's first line; it sends its result once.
 	first := make(chan error, 1)
 	go func() {
-		resp, err := b.hc.Do(hreq)
+		resp, err := send()
 		if err != nil {
 			first <- b.unreachable(err)
 			return
 		}
-		s.body = resp.Body
-		s.br = bufio.NewReaderSize(resp.Body, lineBufSize)
+		s.lines = linesOf(resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			first <- b.statusError(resp)
 			return

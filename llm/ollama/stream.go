@@ -16,17 +16,17 @@ import (
 )
 
 // stream reads Ollama's NDJSON answer in the caller's goroutine, no
-// goroutine or channel in between. Lines are read from a bufio.Reader in
-// place; the common token line is decoded by fastTokenLine, which allocates
-// only the token's text, and every other line by encoding/json.
+// goroutine or channel in between. Lines are read in place: from the
+// transport's read buffer (loopBody), or through a buffer of the stream's
+// own for another transport (bufLines). The common token line is decoded by
+// fastTokenLine, which allocates only the token's text, and every other
+// line by encoding/json.
 type stream struct {
 	b      *Backend
 	ctx    context.Context // the request's; its cause says why it ended
 	cancel context.CancelCauseFunc
-	body   io.ReadCloser
-	br     *bufio.Reader
-	long   []byte   // assembles a line longer than br's buffer
-	line   chatLine // the last line read, reused for every line
+	lines  lineSource // the answer's body
+	line   chatLine   // the last line read, reused for every line
 
 	// Events decoded from one line, waiting to be returned. A line yields
 	// at most two: its content or tool calls, and the final event.
@@ -42,11 +42,71 @@ type stream struct {
 	closeOnce sync.Once
 }
 
-// lineBufSize is the stream's read buffer, held by every running stream.
-// A token line is ~130 bytes, so a burst of a dozen tokens fits and is
-// relayed with one write (see Buffered); a longer line (tool calls) is
-// assembled in stream.long. The transport's own read buffer sits below it.
+// lineSource is an answer's body read as lines.
+type lineSource interface {
+	// readLine returns the next line, '\n' included, valid until the next
+	// read. At the end it returns io.EOF, with the last line if that had
+	// no '\n'.
+	readLine() ([]byte, error)
+	// bufferedLine reports whether a whole line is buffered: readLine
+	// returns it without waiting on the runtime.
+	bufferedLine() bool
+	// wait waits until some of the body is buffered, or the body ended.
+	wait()
+	// Read reads the rest of the body; Close ends it.
+	io.ReadCloser
+}
+
+// linesOf reads body as lines: in place if the loop transport answered,
+// otherwise through a buffer.
+func linesOf(body io.ReadCloser) lineSource {
+	if lb, ok := body.(*loopBody); ok {
+		return lb
+	}
+	return &bufLines{ReadCloser: body, br: bufio.NewReaderSize(body, lineBufSize)}
+}
+
+// lineBufSize is bufLines' read buffer. A token line is ~130 bytes, so a
+// burst of a dozen tokens fits and is relayed with one write (see
+// Buffered); a longer line (tool calls) is assembled in bufLines.long.
 const lineBufSize = 2 << 10
+
+// bufLines reads the lines of a body of another transport than the loop
+// transport (a custom HTTP client, https) through a buffer.
+type bufLines struct {
+	io.ReadCloser
+	br   *bufio.Reader
+	long []byte // assembles a line longer than br's buffer
+}
+
+func (l *bufLines) Read(p []byte) (int, error) { return l.br.Read(p) }
+
+func (l *bufLines) readLine() ([]byte, error) {
+	line, err := l.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		l.long = append(l.long[:0], line...)
+		for err == bufio.ErrBufferFull {
+			line, err = l.br.ReadSlice('\n')
+			l.long = append(l.long, line...)
+		}
+		line = l.long
+		if cap(l.long) > 64<<10 {
+			l.long = nil // a rare huge line: do not keep its buffer
+		}
+	}
+	return line, err
+}
+
+func (l *bufLines) wait() {
+	if l.br.Buffered() == 0 {
+		_, _ = l.br.Peek(1) // an error is the next read's too
+	}
+}
+
+func (l *bufLines) bufferedLine() bool {
+	buf, _ := l.br.Peek(l.br.Buffered()) // never reads: n <= Buffered
+	return bytes.IndexByte(buf, '\n') >= 0
+}
 
 // chatLine is the part of api.ChatResponse (and api.GenerateResponse) the
 // stream needs. Decoding into
@@ -159,18 +219,7 @@ func isBlank(b []byte) bool {
 
 // readLine returns the next line, '\n' included, valid until the next read.
 func (s *stream) readLine() ([]byte, error) {
-	line, err := s.br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
-		s.long = append(s.long[:0], line...)
-		for err == bufio.ErrBufferFull {
-			line, err = s.br.ReadSlice('\n')
-			s.long = append(s.long, line...)
-		}
-		line = s.long
-		if cap(s.long) > 64<<10 {
-			s.long = nil // a rare huge line: do not keep its buffer
-		}
-	}
+	line, err := s.lines.readLine()
 	switch {
 	case err == nil:
 		return line, nil
@@ -185,7 +234,17 @@ func (s *stream) readLine() ([]byte, error) {
 	return nil, err
 }
 
-var _ llm.Buffered = (*stream)(nil)
+var (
+	_ llm.Buffered = (*stream)(nil)
+	_ llm.Waiter   = (*stream)(nil)
+)
+
+// Wait implements llm.Waiter.
+func (s *stream) Wait() {
+	if s.n == 0 && s.err == nil && !s.done {
+		s.lines.wait()
+	}
+}
 
 // Buffered implements runtime.Buffered: it reports whether Recv will
 // return an event without waiting on the runtime. Lines already complete
@@ -194,11 +253,10 @@ var _ llm.Buffered = (*stream)(nil)
 // it has while Recv then waits on the network.
 func (s *stream) Buffered() bool {
 	for s.n == 0 && s.err == nil && !s.done {
-		buf, _ := s.br.Peek(s.br.Buffered()) // never reads: n <= Buffered
-		if bytes.IndexByte(buf, '\n') < 0 {
+		if !s.lines.bufferedLine() {
 			return false
 		}
-		line, err := s.br.ReadSlice('\n') // a whole line is buffered: no read
+		line, err := s.readLine() // a whole line is buffered: no read
 		if err == nil {
 			err = s.parse(line)
 		}
@@ -310,7 +368,7 @@ func (s *stream) fail(err error) error {
 // finish releases the connection after the final event. Draining the
 // (already ended) body lets the transport reuse the connection.
 func (s *stream) finish() {
-	_, _ = io.Copy(io.Discard, io.LimitReader(s.body, 4<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.lines, 4<<10))
 	s.Close()
 }
 
@@ -322,8 +380,8 @@ func (s *stream) Close() error {
 			s.stopAfter()
 		}
 		s.cancel(context.Canceled)
-		if s.body != nil {
-			s.body.Close()
+		if s.lines != nil {
+			s.lines.Close()
 		}
 	})
 	return nil

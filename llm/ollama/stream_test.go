@@ -1,7 +1,6 @@
 package ollama
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -136,8 +135,7 @@ func testStream(r io.ReadCloser) *stream {
 		b:      &Backend{base: "http://test"},
 		ctx:    ctx,
 		cancel: cancel,
-		body:   r,
-		br:     bufio.NewReaderSize(r, lineBufSize),
+		lines:  linesOf(r),
 	}
 }
 
