@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The read cache. Every commit of every process takes the next number of
@@ -39,6 +40,8 @@ type cache struct {
 	// and has not committed yet, or 0.
 	held uint64
 	recs map[string]cached
+	// advanced is closed (and replaced) whenever seq moves (catchUp).
+	advanced chan struct{}
 }
 
 type cached struct {
@@ -79,6 +82,44 @@ func (c *cache) fill(key string, r cached, at uint64) {
 	c.recs[key] = r
 }
 
+// catchUp waits at most max for the cache to apply the commits up to seq
+// (another process's last commit, whose invalidation is on its way while
+// this one takes the lock), so that the lock holder's reads can answer
+// from it; it reports whether it did.
+func (c *cache) catchUp(seq uint64, max time.Duration) bool {
+	var timer *time.Timer
+	for {
+		c.mu.Lock()
+		if !c.on || c.seq >= seq {
+			ok := c.on && c.seq == seq
+			c.mu.Unlock()
+			return ok
+		}
+		if c.advanced == nil {
+			c.advanced = make(chan struct{})
+		}
+		ch := c.advanced
+		c.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(max)
+			defer timer.Stop()
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		}
+	}
+}
+
+// moved wakes catchUp; with c.mu held.
+func (c *cache) moved() {
+	if c.advanced != nil {
+		close(c.advanced)
+		c.advanced = nil
+	}
+}
+
 func (c *cache) hold(seq uint64) {
 	c.mu.Lock()
 	c.held = seq
@@ -110,6 +151,7 @@ func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 		c.recs[string(k)] = cached{}
 	}
 	c.seq = seq
+	c.moved()
 }
 
 func (c *cache) evict(keys []string, all bool) {
@@ -133,6 +175,7 @@ func (c *cache) start(base uint64) {
 func (c *cache) stop() {
 	c.mu.Lock()
 	c.on, c.recs = false, nil
+	c.moved()
 	c.mu.Unlock()
 }
 
@@ -157,6 +200,7 @@ func (c *cache) apply(payload string) (ok bool) {
 		// baseline). Nothing cached can be trusted.
 		if final {
 			c.recs, c.seq = nil, seq
+			c.moved()
 		}
 		return true
 	}
@@ -166,6 +210,7 @@ func (c *cache) apply(payload string) (ok bool) {
 	c.evict(keys, all)
 	if final {
 		c.seq = seq
+		c.moved()
 	}
 	return true
 }

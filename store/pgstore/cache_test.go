@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func v(s string) cached { return cached{val: []byte(s), found: true} }
@@ -35,6 +36,16 @@ func TestCacheRules(t *testing.T) {
 	if _, ok := c.lookup("a", nil); ok {
 		t.Fatal("strong lookup answered without the lock held")
 	}
+	if c.catchUp(11, time.Millisecond) {
+		t.Fatal("caught up with a commit never announced")
+	}
+	go c.apply(invPrefix + "11:f\na")
+	if !c.catchUp(11, time.Minute) { // returns as soon as it is applied
+		t.Fatal("did not catch up with an announced commit")
+	}
+	c.apply(invPrefix + "10:f\n") // back to before it, for what follows
+	c.fill("a", v("1"), 10)
+	c.fill("gone", cached{}, 10)
 	c.hold(11) // another process committed 11; its invalidation is on the way
 	if _, ok := c.lookup("a", nil); ok {
 		t.Fatal("strong lookup answered while the cache is behind the lock")

@@ -519,6 +519,11 @@ func isRetryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
+// catchUpWait bounds the wait of a new lock holder for the invalidation
+// of the commit before it (well over a notification's usual way, well
+// under the round trips it saves).
+const catchUpWait = time.Millisecond
+
 // Statements that open a transaction holding the writer lock.
 const (
 	beginSQL = "BEGIN"
@@ -709,7 +714,11 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 		return err
 	}
 	// Nobody else commits until this section does: the cache, once at
-	// seq, answers every read (cache.lookup).
+	// seq, answers every read (cache.lookup). Another process's commit
+	// just before is announced at the moment this lock was granted; its
+	// invalidation is worth a moment's wait, against a round trip for
+	// each read it would otherwise cost.
+	sec.s.cache.catchUp(uint64(seq), catchUpWait)
 	sec.s.cache.hold(uint64(seq))
 	for k, v := range sec.read {
 		sec.s.cache.fill(k, cached{val: v, found: v != nil}, uint64(seq))
