@@ -200,8 +200,10 @@ type env struct {
 	ts    *httptest.Server
 	token string
 	api   *openAPI
-	stop  context.CancelFunc
-	done  chan struct{}
+	// wrap, if set, wraps the store the control plane is given.
+	wrap func(store.KV) store.KV
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func newEnv(t testing.TB, mod func(*control.Config)) *env {
@@ -234,6 +236,9 @@ func (e *env) start() {
 	st := openBackend(e.t, e.dir, e.pg, &e.dbURL)
 	cfg := e.cfg
 	cfg.Store = st
+	if e.wrap != nil {
+		cfg.Store = e.wrap(st)
+	}
 	srv, err := control.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)

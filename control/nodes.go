@@ -242,6 +242,16 @@ func (s *Server) desired(rd store.KV, nodeID string, after uint64) (d nodeapi.De
 	if err := rd.Get(pfxNode+nodeID, &n); err != nil {
 		return d, false, fmt.Errorf("load node %s: %w", nodeID, err)
 	}
+	if n.Revision < after && rd != s.st {
+		// Behind what the node has seen: a restored backup, or a read
+		// that lagged a commit the node learned of elsewhere. The
+		// database decides, and the rest is read from it too, so it is
+		// never older than the revision.
+		rd = s.st
+		if err := rd.Get(pfxNode+nodeID, &n); err != nil {
+			return d, false, fmt.Errorf("load node %s: %w", nodeID, err)
+		}
+	}
 	if n.Revision == after {
 		return d, false, nil
 	}

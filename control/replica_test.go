@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/nodeapi"
+	"github.com/hearthd/hearth/store"
 )
 
 // newReplicas starts two control planes on one PostgreSQL database, as two
@@ -174,4 +176,69 @@ func mustKey(t *testing.T) string {
 	t.Helper()
 	pub, _ := newKey(t, "ed25519")
 	return pub
+}
+
+// staleStore is a store whose lagging reader answers one key from a copy
+// taken earlier, as a replica's read cache may for a moment before a
+// commit's invalidation arrives.
+type staleStore struct {
+	store.KV
+	mu    sync.Mutex
+	key   string
+	stale json.RawMessage
+}
+
+func (s *staleStore) Lagging() store.KV { return staleReader{s} }
+
+type staleReader struct{ *staleStore }
+
+func (r staleReader) Get(key string, v any) error {
+	r.mu.Lock()
+	stale := r.stale
+	r.mu.Unlock()
+	if key == r.key && stale != nil {
+		return json.Unmarshal(stale, v)
+	}
+	return r.KV.Get(key, v)
+}
+
+// TestLaggingReadNeverRollsANodeBack: a long-poll whose lagging read finds
+// the node at an older revision than the node itself has seen (a commit it
+// learned of through a read that did not lag) asks the database before
+// answering, instead of sending the node the older state as if the
+// control plane had been restored from a backup.
+func TestLaggingReadNeverRollsANodeBack(t *testing.T) {
+	st := &staleStore{}
+	e := newEnvWith(t, func(*control.Config) {}, false, "")
+	e.wrap = func(kv store.KV) store.KV { st.KV = kv; return st }
+	e.restart()
+	n := e.enroll(hwM4)
+	idOf(t, e.req("POST", "/v1/servers", serverBody("lag")).must(t, 201))
+	d := n.desired(t, 0)
+	st.mu.Lock()
+	st.key = "ctl/node/" + n.id
+	if err := e.st.Get(st.key, &st.stale); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Unlock()
+	e.req("POST", "/v1/servers/"+d.Server.ID+"/firewall-rules", map[string]any{"direction": "inbound", "protocol": "tcp",
+		"port_range": "22", "source": "10.0.0.0/8", "action": "allow"}).must(t, 201)
+	var fresh json.RawMessage
+	if err := e.st.Get(st.key, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ Revision uint64 }
+	_ = json.Unmarshal(fresh, &rec)
+	if rec.Revision <= d.Revision {
+		t.Fatalf("the rule did not give the node a new revision (%d, was %d)", rec.Revision, d.Revision)
+	}
+	// The node has seen the new revision; the lagging reader still says
+	// the old one.
+	got, changed, err := n.client.Desired(context.Background(), rec.Revision, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if changed {
+		t.Fatalf("long-poll after revision %d answered revision %d: a lagging read rolled the node back", rec.Revision, got.Revision)
+	}
 }
