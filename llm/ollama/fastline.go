@@ -183,17 +183,24 @@ func getu4(s []byte) rune {
 	}
 	var r rune
 	for _, c := range s[2:6] {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
+		v, ok := unhex(c)
+		if !ok {
 			return -1
 		}
-		r = r*16 + rune(c)
+		r = r*16 + rune(v)
 	}
 	return r
+}
+
+// unhex is the value of one hexadecimal digit (JSON escapes, chunk sizes).
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

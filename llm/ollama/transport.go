@@ -466,14 +466,8 @@ func parseChunkSize(line []byte) (int64, error) {
 	}
 	var n int64
 	for i, c := range line {
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			c = c - 'A' + 10
-		default:
+		c, ok := unhex(c)
+		if !ok {
 			return 0, errInvalidByteChunk
 		}
 		if i == 16 {
