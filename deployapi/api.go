@@ -79,6 +79,8 @@ type API struct {
 	reqSeq    atomic.Uint64
 	bufs      sync.Pool
 	peers     peerWatcher // each request's client socket, for its close
+	// srv is the server streams hand their connection back to (Server).
+	srv atomic.Pointer[fasthttp.Server]
 }
 
 // NewAPI builds the deployment API over a runtime and a key ring, observing
@@ -129,7 +131,7 @@ func (a *API) Healthy(ctx context.Context) error {
 
 // Server returns a fasthttp server for this API with the given limits.
 func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
-	return &fasthttp.Server{
+	s := &fasthttp.Server{
 		Handler:            a.Handle,
 		HeaderReceived:     a.headerReceived,
 		ErrorHandler:       a.handleTransportError,
@@ -155,7 +157,11 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 		// fasthttp's connection errors would otherwise quote the request,
 		// Authorization header included.
 		SecureErrorLogMessage: true,
+		// A stream hands its hijacked connection back (hijack.go).
+		KeepHijackedConns: true,
 	}
+	a.srv.Store(s)
+	return s
 }
 
 // Drain makes new requests fail with 503 and waits until in-flight ones

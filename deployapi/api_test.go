@@ -681,6 +681,9 @@ func TestDrainFinishesInFlightStreams(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatal(err)
 	}
+	// The stream's connection closed at its end (a draining server keeps
+	// none open); a new one is answered 503.
+	http.DefaultClient.CloseIdleConnections()
 	r := ta.post(t, `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if r.StatusCode != 503 {
 		t.Fatalf("new request while draining: %d", r.StatusCode)

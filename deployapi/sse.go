@@ -86,7 +86,11 @@ func setSSEHeaders(ctx *fasthttp.RequestCtx) {
 // sink; c.done is called once the stream has ended.
 func (c *completion) streamSSE(ctx *fasthttp.RequestCtx, sink streamSink) {
 	setSSEHeaders(ctx)
-	b := newSSEBody(c, ctx.Conn(), sink)
+	if c.api.hijackable(ctx) {
+		c.api.hijackStream(ctx, newSSEBody(c, ctx.Conn(), sink, chunkRoom))
+		return
+	}
+	b := newSSEBody(c, ctx.Conn(), sink, 0)
 	// The headers go out at once, with the opening if the format has one:
 	// the client knows it was admitted before the first token.
 	ctx.Response.ImmediateHeaderFlush = len(b.buf) == 0
@@ -95,8 +99,9 @@ func (c *completion) streamSSE(ctx *fasthttp.RequestCtx, sink streamSink) {
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 
-// sseBody is a streamed completion as the response body fasthttp pulls
-// from. fasthttp writes a body of unknown length with writeBodyChunked: it
+// sseBody is a streamed completion: written on the hijacked connection
+// (relay, hijack.go), or, where that cannot be, the response body fasthttp
+// pulls from. fasthttp writes a body of unknown length with writeBodyChunked: it
 // reads into a buffer, then writes and flushes one chunk per Read. So the
 // connection's own goroutine receives each event from the runtime, encodes
 // it and writes it: no body-stream pipe, no extra goroutine and no wake-up
@@ -113,7 +118,8 @@ type sseBody struct {
 
 	bp       *[]byte // pooled, held while buf has bytes to hand over
 	buf      []byte  // *bp's contents; starts with the opening
-	off      int     // buf[off:] is not read yet
+	room     int     // buf[:room] is kept for the chunk-size line (relay)
+	off      int     // buf[off:] is not read yet (Read)
 	finished bool    // the end is in buf
 	closed   bool
 	live     int // choices not ended yet
@@ -122,15 +128,17 @@ type sseBody struct {
 	once     sync.Once
 }
 
-func newSSEBody(c *completion, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink) *sseBody {
-	b := &sseBody{c: c, conn: conn, sink: sink, live: len(c.choices)}
+func newSSEBody(c *completion, conn interface{ SetWriteDeadline(time.Time) error }, sink streamSink, room int) *sseBody {
+	b := &sseBody{c: c, conn: conn, sink: sink, live: len(c.choices), room: room}
 	b.get()
 	b.buf = sink.begin(b.buf)
-	if len(b.buf) == 0 {
+	if len(b.buf) == room {
 		b.put()
 	}
-	b.deadline = time.Now().Add(c.api.cfg.WriteStallTimeout)
-	_ = conn.SetWriteDeadline(b.deadline)
+	if room == 0 { // relay sets its own once it has the connection
+		b.deadline = time.Now().Add(c.api.cfg.WriteStallTimeout)
+		_ = conn.SetWriteDeadline(b.deadline)
+	}
 	return b
 }
 
@@ -169,7 +177,7 @@ func (b *sseBody) Read(p []byte) (int, error) {
 func (b *sseBody) get() {
 	if b.bp == nil {
 		b.bp = b.c.api.bufs.Get().(*[]byte)
-		b.buf, b.off = (*b.bp)[:0], 0
+		b.buf, b.off = (*b.bp)[:b.room], b.room
 	}
 }
 
@@ -214,7 +222,7 @@ func (b *sseBody) fill() time.Time {
 				return now
 			}
 		}
-		if len(b.buf) > 0 && (!c.stream.Buffered() || len(b.buf) >= 32<<10) {
+		if len(b.buf) > b.room && (!c.stream.Buffered() || len(b.buf) >= 32<<10) {
 			return now
 		}
 	}
@@ -222,14 +230,21 @@ func (b *sseBody) fill() time.Time {
 
 // Close ends the completion: fasthttp calls it once the body is written,
 // when writing it failed (the client is gone: closing the stream stops the
-// generation), and when it resets a response it never wrote.
+// generation), and when it resets a response it never wrote; hijackStream
+// once the relay ended.
 func (b *sseBody) Close() error {
+	b.end()
+	_ = b.conn.SetWriteDeadline(time.Time{})
+	b.put()
+	return nil
+}
+
+// end ends the completion once: the generation stops if it runs yet, and
+// it is counted (metrics, the key's usage) and its slot freed.
+func (b *sseBody) end() {
 	b.once.Do(func() {
 		b.closed = true
 		b.c.stream.Close()
-		_ = b.conn.SetWriteDeadline(time.Time{})
-		b.put()
 		b.c.done()
 	})
-	return nil
 }

@@ -283,6 +283,14 @@ func TestTLSServesAndRenews(t *testing.T) {
 	if content.String() != strings.Repeat("x", tokens) {
 		t.Fatalf("stream content %q", content.String())
 	}
+	// The stream's connection (written on directly, hijack.go) serves the
+	// client's next request, in its TLS session.
+	if _, err := cs.Models.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := recStream.last(t); s.serial != 1 || !s.reused {
+		t.Fatalf("the stream's connection after it: %+v", s)
+	}
 	// ...and the idle keep-alive connection still serves, in its session.
 	if _, err := c.Chat.Completions.New(ctx, chatParams()); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,269 @@
+package deployapi
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"reflect"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/llm"
+)
+
+// A stream is written on the client's connection itself, in a goroutine
+// that holds only what a stream needs: fasthttp, answering with a body it
+// pulls, holds a 4 KiB copy buffer and its write buffer for the whole
+// response (minutes), which at thousands of streams was most of what
+// hearthd held beyond nginx (BENCHMARKS.md). The handler hijacks the
+// connection (fasthttp writes nothing), the stream writes the head and the
+// chunked body as the runtime produces it, and then hands the keep-alive
+// connection back to the server (ServeConn), so a client reuses it as
+// before. HTTP/1.0 and Connection: close requests keep the pulled body.
+
+// hijackable reports whether the response to ctx can be written on the
+// connection directly.
+func (a *API) hijackable(ctx *fasthttp.RequestCtx) bool {
+	return a.srv.Load() != nil && ctx.Request.Header.IsHTTP11() &&
+		!ctx.Request.Header.ConnectionClose() && !ctx.Response.Header.ConnectionClose()
+}
+
+// hijackStream answers ctx with b written on the connection (hijackable).
+func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
+	srv := a.srv.Load()
+	ctx.Response.Header.SetContentLength(-1) // Transfer-Encoding: chunked
+	if a.draining.Load() {
+		ctx.Response.Header.SetConnectionClose()
+	}
+	// fasthttp starts the hijack handler once this handler returns; should
+	// it not (the connection failed in between), the completion must still
+	// end, or its slot would stay taken.
+	start := startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(hc net.Conn) {
+		if !start() {
+			hc.Close()
+			return
+		}
+		// ctx stays valid until this function returns.
+		keep := !ctx.Response.Header.ConnectionClose()
+		ok := b.relay(hc, ctx.Response.Header.Header())
+		b.Close() // the completion ends, and the peer watch with it
+		if !ok || !keep || a.draining.Load() {
+			hc.Close()
+			return
+		}
+		next, err := keepAlive(hc, srv.IdleTimeout, srv.ReadTimeout)
+		if err != nil {
+			hc.Close()
+			return
+		}
+		// A goroutine of its own, so that fasthttp releases this request's
+		// context now rather than when the connection closes.
+		go func() { _ = srv.ServeConn(next) }()
+	})
+}
+
+// startWithin returns start, which reports whether its caller may begin:
+// true at its first call, unless d passed before it, in which case expire
+// has run instead.
+func startWithin(d time.Duration, expire func()) (start func() bool) {
+	var started atomic.Bool
+	t := time.AfterFunc(d, func() {
+		if started.CompareAndSwap(false, true) {
+			expire()
+		}
+	})
+	return func() bool {
+		if !started.CompareAndSwap(false, true) {
+			return false
+		}
+		t.Stop()
+		return true
+	}
+}
+
+// relay writes the response head, then the stream as HTTP/1.1 chunks, one
+// write per burst of events, on conn, and reports whether it wrote the
+// whole response.
+func (b *sseBody) relay(conn net.Conn, head []byte) bool {
+	stall := b.c.api.cfg.WriteStallTimeout
+	b.deadline = time.Now().Add(stall)
+	if conn.SetWriteDeadline(b.deadline) != nil {
+		return false
+	}
+	// The head goes out at once, with the opening if the format has one:
+	// the client knows it was admitted before the first token.
+	first := append(make([]byte, 0, len(head)+len(b.buf)+16), head...)
+	if len(b.buf) > b.room {
+		first = append(first, b.frame()...)
+	}
+	b.put()
+	if _, err := conn.Write(first); err != nil {
+		return false
+	}
+	for !b.finished {
+		b.put()
+		if w, ok := b.c.stream.(llm.Waiter); ok {
+			w.Wait()
+		}
+		now := b.fill()
+		if b.deadline.Sub(now) < stall*3/4 { // as in Read
+			b.deadline = now.Add(stall)
+			_ = conn.SetWriteDeadline(b.deadline)
+		}
+		if len(b.buf) > b.room || b.finished {
+			out := b.frame()
+			if b.finished {
+				// Counted before the client can see the end: a client that
+				// then reads the metrics or its usage finds it there.
+				b.end()
+			}
+			if _, err := conn.Write(out); err != nil {
+				b.put()
+				return false
+			}
+		}
+	}
+	b.put()
+	_ = conn.SetWriteDeadline(time.Time{})
+	return true
+}
+
+// chunkRoom is the room kept before a burst's bytes for its chunk-size
+// line: up to 8 hex digits and CRLF (a burst is far below 4 GiB).
+const chunkRoom = 10
+
+// frame makes buf[room:] one HTTP/1.1 chunk in place, followed by the
+// last chunk once the stream has finished, and returns the bytes to write.
+func (b *sseBody) frame() []byte {
+	n := len(b.buf) - b.room
+	if n == 0 {
+		b.buf = append(b.buf, "0\r\n\r\n"...)
+		return b.buf[b.room:]
+	}
+	var size [8]byte
+	hex := strconv.AppendUint(size[:0], uint64(n), 16)
+	start := b.room - len(hex) - 2
+	copy(b.buf[start:], hex)
+	b.buf[b.room-2], b.buf[b.room-1] = '\r', '\n'
+	b.buf = append(b.buf, '\r', '\n')
+	if b.finished {
+		b.buf = append(b.buf, "0\r\n\r\n"...)
+	}
+	return b.buf[start:]
+}
+
+// keepAlive is the connection to hand back to the server after a stream
+// written on hc, fasthttp's hijacked connection, or an error if reading
+// what the client sent meanwhile failed.
+//
+// fasthttp's hijacked connection reads through the request's read buffer
+// when that still holds bytes (the client pipelined its next request) and
+// from the connection otherwise, and its buffer lives only as long as the
+// hijack handler. Handing the wrapper back would also wrap it again at the
+// next stream, one layer per request on a long-lived connection. So the
+// connection itself is handed back, with any bytes the buffer held read
+// out first (one Read of a bufio.Reader with bytes buffered returns them
+// all without touching the socket). fasthttp does not say which case it
+// is, so its wrapper's reader is looked at with reflect (readsFrom); were
+// that to fail, the Read below would wait for the client's next request
+// instead, which is slower but as correct.
+func keepAlive(hc net.Conn, idle, read time.Duration) (net.Conn, error) {
+	if idle <= 0 {
+		idle = read
+	}
+	c := hc
+	if u, ok := hc.(interface{ UnsafeConn() net.Conn }); ok {
+		c = u.UnsafeConn()
+	}
+	if idle > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(idle))
+	}
+	var pending []byte
+	if c != hc && !readsFrom(hc, c) {
+		buf := make([]byte, 64<<10) // more than fasthttp's read buffer
+		n, err := hc.Read(buf)
+		if err != nil {
+			return nil, fmt.Errorf("read a pipelined request: %w", err)
+		}
+		pending = buf[:n:n]
+	}
+	// A connection kept before is unwrapped: one layer at most.
+	switch k := c.(type) {
+	case *keptConn:
+		c, pending = k.Conn, append(pending, k.pending...)
+	case keptTLSConn:
+		c, pending = k.Conn, append(pending, k.pending...)
+	}
+	k := &keptConn{Conn: c, idle: idle, pending: pending}
+	k.first.Store(true)
+	if tc, ok := c.(*tls.Conn); ok {
+		return keptTLSConn{k, tc}, nil
+	}
+	return k, nil
+}
+
+// readsFrom reports whether fasthttp's hijacked connection hc reads
+// straight from c (its reader is c, not a buffer in front of it).
+func readsFrom(hc, c net.Conn) bool {
+	v := reflect.ValueOf(hc)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	r := v.Elem().FieldByName("r")
+	if !r.IsValid() || r.Kind() != reflect.Interface || r.IsNil() {
+		return false
+	}
+	r, cv := r.Elem(), reflect.ValueOf(c)
+	return r.Type() == cv.Type() && r.Kind() == reflect.Pointer && r.Pointer() == cv.Pointer()
+}
+
+// keptConn is a connection handed back to the server after a stream. The
+// server applies its ReadTimeout, not its IdleTimeout, to the first
+// request of a connection it is given; here that request follows a
+// previous one, so until it starts to arrive the idle timeout applies, as
+// on any keep-alive connection.
+type keptConn struct {
+	net.Conn
+	idle    time.Duration
+	pending []byte      // read before the connection's own bytes
+	first   atomic.Bool // no byte read yet
+}
+
+func (k *keptConn) SetReadDeadline(t time.Time) error {
+	if k.first.Load() && k.idle > 0 && !t.IsZero() {
+		t = time.Now().Add(k.idle)
+	}
+	return k.Conn.SetReadDeadline(t)
+}
+
+func (k *keptConn) Read(p []byte) (int, error) {
+	if len(k.pending) > 0 {
+		n := copy(p, k.pending)
+		k.pending = k.pending[n:]
+		k.first.Store(false)
+		return n, nil
+	}
+	n, err := k.Conn.Read(p)
+	if n > 0 && k.first.Load() {
+		k.first.Store(false)
+	}
+	return n, err
+}
+
+// NetConn lets the peer watch reach the socket.
+func (k *keptConn) NetConn() net.Conn { return k.Conn }
+
+// keptTLSConn is a kept TLS connection: fasthttp knows a TLS connection
+// by these methods (RequestCtx.IsTLS).
+type keptTLSConn struct {
+	*keptConn
+	tc *tls.Conn
+}
+
+func (k keptTLSConn) Handshake() error                     { return k.tc.Handshake() }
+func (k keptTLSConn) ConnectionState() tls.ConnectionState { return k.tc.ConnectionState() }

@@ -1,0 +1,331 @@
+package deployapi
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/hearthd/hearth/llm/fake"
+)
+
+// dialRaw dials the test API and returns the connection with a reader.
+func (ta *testAPI) dialRaw(t *testing.T) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return conn, bufio.NewReader(conn)
+}
+
+func (ta *testAPI) rawPost(path, body string) string {
+	return fmt.Sprintf("POST /api/v1%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		path, ta.secret, len(body), body)
+}
+
+// readStream reads one streamed answer and checks it is a whole chunked
+// SSE stream ending in [DONE].
+func readStream(t *testing.T, br *bufio.Reader) *http.Response {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+		t.Fatalf("status %d, transfer encoding %v", resp.StatusCode, resp.TransferEncoding)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") ||
+		resp.Header.Get("X-Request-Id") == "" || resp.Header.Get("Server") != "hearthd" || resp.Header.Get("Date") == "" {
+		t.Fatalf("headers %v", resp.Header)
+	}
+	evs := readSSE(t, resp.Body)
+	if len(evs) < 2 || evs[len(evs)-1].data != "[DONE]" {
+		t.Fatalf("stream ended without [DONE]: %v", evs)
+	}
+	return resp
+}
+
+// A stream is written on the connection itself, and the connection then
+// serves the client's next requests, streamed or not, as keep-alive.
+func TestStreamKeepsTheConnection(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"a", "b"}, TokenCount: 5}, nil)
+	conn, br := ta.dialRaw(t)
+	stream := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	for i := range 3 {
+		if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", stream)); err != nil {
+			t.Fatal(err)
+		}
+		if resp := readStream(t, br); resp.Close {
+			t.Fatalf("stream %d: Connection: close", i)
+		}
+	}
+	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "chat.completion" {
+		t.Fatalf("non-stream after streams: %d %v", resp.StatusCode, m)
+	}
+	if n := len(ta.rt.Streams()); n != 4 {
+		t.Fatalf("%d generations, want 4", n)
+	}
+}
+
+// Requests the client sent behind a stream without waiting (pipelined)
+// are answered after it, in order.
+func TestPipelinedRequestsAfterAStream(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 3}, nil)
+	conn, br := ta.dialRaw(t)
+	stream := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
+	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", stream)+models+ta.rawPost("/chat/completions", stream)+models); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		readStream(t, br)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("pipelined request %d: %v", i, err)
+		}
+		if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
+			t.Fatalf("pipelined models %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+}
+
+// A stream that ends while the server drains closes its connection: the
+// next request goes to a server that is not shutting down.
+func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 10, TokenDelay: 20 * time.Millisecond}, nil)
+	conn, br := ta.dialRaw(t)
+	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bufio.NewReader(resp.Body)
+	if line, err := body.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first SSE line %q, %v", line, err)
+	}
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		drained <- ta.api.Drain(ctx)
+	}()
+	if evs := readSSE(t, body); evs[len(evs)-1].data != "[DONE]" {
+		t.Fatalf("stream did not finish: %v", evs)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+// keepAlive hands back the connection under fasthttp's hijacked one, not
+// the wrapper (which would grow by a layer per stream and whose buffer
+// lives only as long as the hijack handler), with pipelined bytes read
+// out of that buffer first. This pins what keepAlive reads of fasthttp's
+// wrapper (readsFrom) to the fasthttp in go.mod.
+func TestKeepAliveUnwrapsTheHijackedConnection(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := &fasthttp.Server{KeepHijackedConns: true, ReduceMemoryUsage: true, IdleTimeout: time.Minute, ReadTimeout: time.Minute}
+	srv.Handler = func(ctx *fasthttp.RequestCtx) {
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(hc net.Conn) {
+			next, err := keepAlive(hc, srv.IdleTimeout, srv.ReadTimeout)
+			k, ok := next.(*keptConn)
+			if err != nil || !ok {
+				t.Errorf("keepAlive gave %T, %v", next, err)
+				hc.Close()
+				return
+			}
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%T", k.Conn))
+			mu.Unlock()
+			_, _ = io.WriteString(hc, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			go func() { _ = srv.ServeConn(next) }()
+		})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	const get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	exchange := func(req string, answers int) {
+		t.Helper()
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		for range answers {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	exchange(get, 1)
+	exchange(get, 1)
+	exchange(get+get, 2) // the first of these two is hijacked with the second buffered
+	exchange(get, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"*net.TCPConn", "*net.TCPConn", "*net.TCPConn", "*net.TCPConn", "*net.TCPConn"}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("connections handed back: %v, want %v", seen, want)
+	}
+}
+
+// deadlineConn records the read deadlines set on it.
+type deadlineConn struct {
+	net.Conn
+	deadlines []time.Time
+	data      string
+}
+
+func (d *deadlineConn) SetReadDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+func (d *deadlineConn) Read(p []byte) (int, error) {
+	n := copy(p, d.data)
+	d.data = d.data[n:]
+	return n, nil
+}
+
+// A connection handed back waits for its next request as long as any
+// keep-alive connection (the idle timeout), not the read timeout the
+// server gives a new connection's first request; once the request
+// arrives, the server's deadlines apply unchanged.
+func TestKeptConnectionWaitsTheIdleTimeout(t *testing.T) {
+	d := &deadlineConn{data: "GET"}
+	kc, err := keepAlive(d, time.Hour, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kc.(*keptConn)
+	readTimeout := time.Now().Add(time.Second)
+	if err := k.SetReadDeadline(readTimeout); err != nil { // the server, before the first byte
+		t.Fatal(err)
+	}
+	if _, err := k.Read(make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.SetReadDeadline(readTimeout); err != nil { // the server, reading the request
+		t.Fatal(err)
+	}
+	if len(d.deadlines) != 3 {
+		t.Fatalf("deadlines %v", d.deadlines)
+	}
+	for i, dl := range d.deadlines[:2] {
+		if time.Until(dl) < 59*time.Minute {
+			t.Fatalf("deadline %d before the first byte: %v from now, want the idle hour", i, time.Until(dl))
+		}
+	}
+	if !d.deadlines[2].Equal(readTimeout) {
+		t.Fatalf("deadline once the request arrives: %v, want the server's %v", d.deadlines[2], readTimeout)
+	}
+	k.pending = []byte("rest")
+	again, err := keepAlive(k, time.Hour, 0)
+	if err != nil || again.(*keptConn).Conn != d || string(again.(*keptConn).pending) != "rest" {
+		t.Fatalf("a kept connection handed back again: %#v, %v; want it unwrapped, its bytes kept", again, err)
+	}
+}
+
+// The completion ends even if fasthttp never starts the hijacked stream.
+func TestStartWithin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var expired atomic.Int32
+		start := startWithin(time.Minute, func() { expired.Add(1) })
+		time.Sleep(time.Minute + time.Second)
+		if n := expired.Load(); n != 1 {
+			t.Fatalf("not started in time: expired %d times", n)
+		}
+		if start() {
+			t.Fatal("start after the expiry")
+		}
+		start = startWithin(time.Minute, func() { expired.Add(1) })
+		if !start() || start() {
+			t.Fatal("start must be true once")
+		}
+		time.Sleep(2 * time.Minute)
+		if expired.Load() != 1 {
+			t.Fatal("expired after a start")
+		}
+	})
+}
+
+// counterValue is the value of counter name with the given labels.
+func counterValue(t *testing.T, ta *testAPI, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := ta.api.m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
+					continue metric
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// A stream is counted before its client sees it end: a client that reads
+// the metrics once its stream is over finds it there.
+func TestStreamCountedBeforeItsEnd(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 2}, nil)
+	labels := map[string]string{"finish_reason": "length", "stream": "true"}
+	for i := range 20 {
+		resp := ta.post(t, `{"model":"hearth-tiny","stream":true,"max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := counterValue(t, ta, "hearth_chat_completions_total", labels); got != float64(i+1) {
+			t.Fatalf("after stream %d ended: %v counted", i+1, got)
+		}
+	}
+}
