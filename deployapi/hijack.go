@@ -95,11 +95,18 @@ func (b *sseBody) relay(conn net.Conn, head []byte) bool {
 	if conn.SetWriteDeadline(b.deadline) != nil {
 		return false
 	}
-	// The head goes out at once, with the opening if the format has one:
-	// the client knows it was admitted before the first token.
-	first := append(make([]byte, 0, len(head)+len(b.buf)+16), head...)
-	if len(b.buf) > b.room {
+	// The head goes out at once, with the opening if the format has one
+	// and the first events if they are in already (a generation starts
+	// once the runtime's first line is): one write, not two.
+	first := append(make([]byte, 0, len(head)+512), head...)
+	if b.c.stream.Buffered() {
+		b.fill()
+	}
+	if len(b.buf) > b.room || b.finished {
 		first = append(first, b.frame()...)
+		if b.finished {
+			b.end()
+		}
 	}
 	b.put()
 	if _, err := conn.Write(first); err != nil {
