@@ -477,7 +477,7 @@ func (b *batch) CommitAsync() (wait func() error, err error) {
 	}
 	if b.sec != nil {
 		if conn := b.sec.take(); conn != nil {
-			return b.s.sendCommit(conn, b, false), nil
+			return b.s.sendCommit(conn, b, b.sec.seq), nil
 		}
 	}
 	if err := b.commitOwnRetried(); err != nil {
@@ -509,7 +509,7 @@ func (b *batch) commitOwn() error {
 	if err != nil {
 		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
-	return b.s.sendCommit(conn, b, true)()
+	return b.s.sendCommit(conn, b, 0)()
 }
 
 // isRetryable reports a serialisation failure: nothing was committed and
@@ -524,21 +524,32 @@ func isRetryable(err error) bool {
 // under the round trips it saves).
 const catchUpWait = time.Millisecond
 
-// Statements that open a transaction holding the writer lock.
+// Statements that open a transaction holding the writer lock. The lock
+// statement takes the number of the transaction's commit too: rolled back
+// with it when nothing is committed, so the sequence counts commits only,
+// and a commit needs no statement of its own for it.
 const (
 	beginSQL = "BEGIN"
-	lockSQL  = "SELECT seq FROM hearth_lock WHERE id = 1 FOR UPDATE"
+	lockSQL  = "UPDATE hearth_lock SET seq = seq + 1 WHERE id = 1 RETURNING seq"
 )
+
+// notifySQL sends a commit's notifications, in order, in one statement:
+// $2 the payloads, of which the first $3 are invalidation parts that get
+// "inv:<seq>" in front (the sequence this transaction's lock statement
+// took). PostgreSQL evaluates a volatile function of the select list after
+// the sort, so ORDER BY is the order sent.
+const notifySQL = "SELECT pg_notify($1, CASE WHEN t.i <= $3 THEN $4 || l.seq::text || t.n ELSE t.n END) " +
+	"FROM hearth_lock l CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS t(n, i) WHERE l.id = 1 ORDER BY t.i"
 
 // sendCommit sends the batch's statements on conn with COMMIT after them,
 // pipelined (if one fails, PostgreSQL skips the rest up to the pipeline's
 // end, COMMIT included), and returns the function that reads the answer:
-// one round trip in all. With begin, conn holds no transaction yet and the
-// pipeline opens one that takes the writer lock; otherwise conn's
-// transaction holds it. conn is released by the returned function; one
-// left inside a transaction (a failure) is closed by the pool rather than
-// reused.
-func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func() error) {
+// one round trip in all. seq is the commit's number, taken by the lock of
+// conn's transaction; with seq 0 conn holds no transaction yet and the
+// pipeline opens one that takes the writer lock (and the number). conn is
+// released by the returned function; one left inside a transaction (a
+// failure) is closed by the pool rather than reused.
+func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func() error) {
 	// From here the database may move past the cache at any moment.
 	s.cache.release()
 	ctx, cancel := s.ctx()
@@ -563,8 +574,10 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 		}
 	}
 	var pb pgx.Batch
-	if begin {
+	seqAt := -1
+	if seq == 0 {
 		pb.Queue(beginSQL)
+		seqAt = pb.Len()
 		pb.Queue(lockSQL)
 	}
 	if len(delK) > 0 {
@@ -574,25 +587,17 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 		pb.Queue("INSERT INTO hearth_kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) "+
 			"ON CONFLICT (k) DO UPDATE SET v = excluded.v", putK, putV)
 	}
-	// The commit's number, and its invalidation ahead of the caller's
-	// notifications, so a replica woken by those reads past it (cache.go).
-	seqAt := pb.Len()
-	pb.Queue("UPDATE hearth_lock SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+	// The commit's invalidation ahead of the caller's notifications, so a
+	// replica woken by those reads past it (cache.go).
 	if !s.crdb {
-		for _, part := range invParts(written) {
-			pb.Queue("SELECT pg_notify($1, $2 || seq::text || $3) FROM hearth_lock WHERE id = 1",
-				notifyChannel, invPrefix, part)
-		}
-		for _, n := range b.notes {
-			pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
-		}
+		parts := invParts(written)
+		pb.Queue(notifySQL, notifyChannel, append(parts, b.notes...), len(parts), invPrefix)
 	}
 	pb.Queue("COMMIT")
 	br := conn.SendBatch(ctx, &pb)
 	return func() error {
 		defer cancel()
 		defer conn.Release()
-		var seq int64
 		var err error
 		for i := 0; i < pb.Len() && err == nil; i++ {
 			if i == seqAt {
@@ -611,7 +616,7 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 			// COMMIT of a failed transaction answers ROLLBACK, not an error.
 			return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 		}
-		s.cache.committed(uint64(seq), putK, putV, delK)
+		s.cache.committed(seq, putK, putV, delK)
 		return nil
 	}
 }
@@ -621,6 +626,9 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 type section struct {
 	s    *Store
 	conn *pgxpool.Conn
+	// seq is the number the section's commit takes; seq-1 is the last
+	// commit before it.
+	seq uint64
 	// read are the records read when the lock was taken, nil for a key
 	// that does not exist: valid until the section's batch commits.
 	read map[string][]byte
@@ -688,8 +696,7 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
-	var seq int64
-	if err := br.QueryRow().Scan(&seq); err != nil {
+	if err := br.QueryRow().Scan(&sec.seq); err != nil {
 		return err
 	}
 	if len(keys) > 0 {
@@ -714,14 +721,15 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 		return err
 	}
 	// Nobody else commits until this section does: the cache, once at
-	// seq, answers every read (cache.lookup). Another process's commit
-	// just before is announced at the moment this lock was granted; its
-	// invalidation is worth a moment's wait, against a round trip for
-	// each read it would otherwise cost.
-	sec.s.cache.catchUp(uint64(seq), catchUpWait)
-	sec.s.cache.hold(uint64(seq))
+	// the commit before it, answers every read (cache.lookup). Another
+	// process's commit just before is announced at the moment this lock
+	// was granted; its invalidation is worth a moment's wait, against a
+	// round trip for each read it would otherwise cost.
+	prev := sec.seq - 1
+	sec.s.cache.catchUp(prev, catchUpWait)
+	sec.s.cache.hold(prev)
 	for k, v := range sec.read {
-		sec.s.cache.fill(k, cached{val: v, found: v != nil}, uint64(seq))
+		sec.s.cache.fill(k, cached{val: v, found: v != nil}, prev)
 	}
 	return nil
 }
