@@ -35,10 +35,13 @@ const maxInvPayload = 7000
 // maxCached bounds the cache; past it the cache starts over.
 const maxCached = 1 << 17
 
+// maxLists bounds the whole prefixes kept (lists); past it they start over.
+const maxLists = 1 << 15
+
 // maxWritten bounds the log of keys written by recent commits; past it the
 // log starts over from the cache's commit, and reads from before that
 // commit are no longer kept.
-const maxWritten = 1 << 16
+const maxWritten = 1 << 17
 
 type cache struct {
 	mu sync.Mutex
@@ -55,10 +58,16 @@ type cache struct {
 	// commits.
 	lseq uint64
 	recs map[string]cached
+	// lists holds whole prefixes (ending in "/") read at once: every
+	// record under each, in key order. A commit that writes any key under
+	// a prefix evicts it.
+	lists map[string]cachedList
 	// written holds, for each key written by a commit after logFrom that
-	// the cache applied (or is applying), the last such commit.
-	written map[string]uint64
-	logFrom uint64
+	// the cache applied (or is applying), the last such commit; wrotePfx
+	// the same for every prefix of those keys that ends in "/".
+	written  map[string]uint64
+	wrotePfx map[string]uint64
+	logFrom  uint64
 	// advanced is closed (and replaced) whenever seq moves (catchUp).
 	advanced chan struct{}
 }
@@ -71,6 +80,78 @@ type cached struct {
 	at uint64
 }
 
+// cachedList is every record under a prefix as of commit at.
+type cachedList struct {
+	rows []row
+	at   uint64
+}
+
+// answers reports whether a record (or list) as of commit at may answer a
+// read: with min nil (strong) only if the cache is current (held == seq);
+// else if it is as of min or later, and then min becomes at least at.
+// With c.mu held.
+func (c *cache) answers(at uint64, min *uint64) bool {
+	if min == nil {
+		return c.held != 0 && c.held == c.seq && at <= c.seq
+	}
+	if max(c.seq, at) < *min {
+		return false
+	}
+	*min = max(*min, at)
+	return true
+}
+
+// lookupList answers a whole prefix from the cache, as lookup a key.
+func (c *cache) lookupList(prefix string, min *uint64) ([]row, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on {
+		return nil, false
+	}
+	l, ok := c.lists[prefix]
+	if !ok || !c.answers(l.at, min) {
+		return nil, false
+	}
+	return l.rows, true
+}
+
+// fillList keeps every record under prefix (rows, in key order) read
+// from the database as of commit at, under fill's rule.
+func (c *cache) fillList(prefix string, rows []row, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on || at < c.logFrom || c.wrotePfx[prefix] > at {
+		return
+	}
+	if old, ok := c.lists[prefix]; ok && old.at > at {
+		return
+	}
+	if c.lists == nil || len(c.lists) >= maxLists {
+		c.lists = make(map[string]cachedList)
+	}
+	c.lists[prefix] = cachedList{rows: rows, at: at}
+}
+
+// evictLists drops the lists of every prefix of key that a commit seq
+// changes and, if log, notes the prefixes in the log; with c.mu held.
+func (c *cache) evictLists(key string, seq uint64, log bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '/' {
+			continue
+		}
+		p := key[:i+1]
+		if log {
+			if c.wrotePfx == nil {
+				c.wrotePfx = make(map[string]uint64)
+			}
+			c.wrotePfx[p] = seq
+		}
+		if l, ok := c.lists[p]; ok && l.at < seq {
+			delete(c.lists, p)
+		}
+	}
+}
+
 // lookup answers key from the cache when allowed: with min nil only if
 // the cache is current (held == seq); else if the record is as of min or
 // later, and then min becomes at least the commit it is as of.
@@ -81,19 +162,9 @@ func (c *cache) lookup(key string, min *uint64) (cached, bool) {
 		return cached{}, false
 	}
 	r, ok := c.recs[key]
-	if !ok {
+	if !ok || !c.answers(r.at, min) {
 		return cached{}, false
 	}
-	if min == nil {
-		if c.held == 0 || c.held != c.seq || r.at > c.seq {
-			return cached{}, false
-		}
-		return r, true
-	}
-	if max(c.seq, r.at) < *min {
-		return cached{}, false
-	}
-	*min = max(*min, r.at)
 	return r, true
 }
 
@@ -188,6 +259,7 @@ func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	advance := seq == c.seq+1
 	keep := func(k []byte, r cached) {
 		key := string(k)
+		c.evictLists(key, seq, advance)
 		if advance {
 			c.wrote(key, seq)
 		} else if !c.unwritten(key, seq) {
@@ -221,8 +293,8 @@ func (c *cache) wrote(key string, seq uint64) {
 // applied; with c.mu held.
 func (c *cache) advance(seq uint64) {
 	c.seq = seq
-	if len(c.written) > maxWritten {
-		c.written, c.logFrom = nil, seq
+	if len(c.written)+len(c.wrotePfx) > maxWritten {
+		c.written, c.wrotePfx, c.logFrom = nil, nil, seq
 	}
 	c.moved()
 }
@@ -230,7 +302,7 @@ func (c *cache) advance(seq uint64) {
 // reset forgets every record and the log: only reads as of from or later
 // can be kept; with c.mu held.
 func (c *cache) reset(from uint64) {
-	c.recs, c.written, c.logFrom = nil, nil, from
+	c.recs, c.lists, c.written, c.wrotePfx, c.logFrom = nil, nil, nil, nil, from
 }
 
 // start begins caching from the database's sequence base, read after the
@@ -294,6 +366,7 @@ func (c *cache) apply(payload string) (ok bool) {
 	} else {
 		for _, k := range keys {
 			c.wrote(k, seq)
+			c.evictLists(k, seq, true)
 			// A record as of this commit or later has its write.
 			if r, ok := c.recs[k]; ok && r.at < seq {
 				delete(c.recs, k)

@@ -299,3 +299,55 @@ func TestCacheOwnCommitsAheadOfListener(t *testing.T) {
 		t.Fatal("a sequence gone back did not start over")
 	}
 }
+
+// Whole prefixes are kept as lists under the rules of single records: a
+// commit writing any key under the prefix evicts it, one writing
+// elsewhere does not, and a list read before a commit that wrote under it
+// is not kept.
+func TestCacheLists(t *testing.T) {
+	var c cache
+	c.start(1)
+	rows := []row{{k: []byte("ctl/fw/s1/1/a"), v: []byte("1")}}
+	c.fillList("ctl/fw/s1/", rows, 1)
+	c.fillList("ctl/dk/s1/", nil, 1)
+	if got, ok := c.lookupList("ctl/fw/s1/", new(uint64)); !ok || len(got) != 1 {
+		t.Fatalf("list not kept: %v %v", got, ok)
+	}
+	if _, ok := c.lookupList("ctl/fw/s1/", nil); ok {
+		t.Fatal("strong list lookup without the lock")
+	}
+	c.hold(1)
+	if got, ok := c.lookupList("ctl/dk/s1/", nil); !ok || len(got) != 0 {
+		t.Fatal("empty list not answered under the lock")
+	}
+	c.release()
+	c.apply(invPrefix + "2:f\nctl/fw/s2/1/b\nctl/node/n1")
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); !ok {
+		t.Fatal("a write under another prefix evicted the list")
+	}
+	c.apply(invPrefix + "3:f\nctl/fw/s1/2/c")
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); ok {
+		t.Fatal("a write under the prefix did not evict the list")
+	}
+	c.fillList("ctl/fw/s1/", rows, 2) // read before commit 3, which wrote under it
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); ok {
+		t.Fatal("kept a list read before a commit that wrote under it")
+	}
+	c.fillList("ctl/fw/s2/", nil, 5) // ahead of the cache
+	min := uint64(0)
+	if _, ok := c.lookupList("ctl/fw/s2/", &min); !ok || min != 5 {
+		t.Fatalf("list ahead of the cache: min %d", min)
+	}
+	c.committed(4, [][]byte{[]byte("ctl/dk/s1/4/d")}, [][]byte{[]byte("x")}, nil)
+	if _, ok := c.lookupList("ctl/dk/s1/", new(uint64)); ok {
+		t.Fatal("an own commit under the prefix did not evict the list")
+	}
+	c.apply(invPrefix + "5:f\nctl/fw/s2/5/e") // the commit the list ahead was read at
+	if _, ok := c.lookupList("ctl/fw/s2/", new(uint64)); !ok {
+		t.Fatal("a list as of a commit was evicted by that commit")
+	}
+	c.apply(invPrefix + "6:f\n*")
+	if _, ok := c.lookupList("ctl/fw/s2/", new(uint64)); ok {
+		t.Fatal("an invalidation of everything kept a list")
+	}
+}

@@ -19,6 +19,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -27,6 +28,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,8 +80,9 @@ type Store struct {
 	crdb bool
 	// cache holds records read, kept current while Listen runs (cache.go).
 	cache cache
-	// dbReads counts point reads that went to the database (tests).
-	dbReads atomic.Int64
+	// dbReads counts point reads that went to the database, dbLists the
+	// whole prefixes (tests).
+	dbReads, dbLists atomic.Int64
 }
 
 var (
@@ -310,6 +313,10 @@ func (l *lagging) GetMany(keys []string, fn func(key string, val []byte) error) 
 	return l.getMany(keys, fn, &l.min)
 }
 
+func (l *lagging) Scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error)) error {
+	return l.scan(prefix, start, reverse, fn, &l.min)
+}
+
 // Close of a reader closes nothing: the Store is its owner's.
 func (l *lagging) Close() error { return nil }
 
@@ -323,6 +330,14 @@ func (s *Store) Delete(key string) error { return store.DeleteOne(s.NewBatch, ke
 // iterator it is not one snapshot: a record changed during a long scan may
 // be seen as of any page. Callers that need one view hold the writer lock.
 func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error)) error {
+	return s.scan(prefix, start, reverse, fn, nil)
+}
+
+// scan is Scan with the cache allowed as for get (least as get's min). A
+// whole prefix that ends in "/" is read first with the commit sequence,
+// and kept as one list if it fits in that first page (a server's rules or
+// API keys, what a long-poll lists); a longer one goes on page by page.
+func (s *Store) scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error), least *uint64) error {
 	lower := []byte(prefix)
 	upper := prefixEnd(lower)
 	if start != "" {
@@ -334,8 +349,26 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 	}
 	first := true
 	size := firstPage
+	var page []row
+	var err error
+	if start == "" && strings.HasSuffix(prefix, "/") {
+		if rows, ok := s.cache.lookupList(prefix, least); ok {
+			for i := range rows {
+				r := rows[i]
+				if reverse {
+					r = rows[len(rows)-1-i]
+				}
+				if more, err := fn(string(r.k), r.v); err != nil || !more {
+					return err
+				}
+			}
+			return nil
+		}
+		page, err = s.list(prefix, lower, upper, reverse, least)
+	} else {
+		page, err = s.page(lower, upper, reverse, first, size)
+	}
 	for {
-		page, err := s.page(lower, upper, reverse, first, size)
 		if err != nil {
 			return fmt.Errorf("scan %q: %w", prefix, err)
 		}
@@ -358,7 +391,64 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 		} else {
 			lower, first = last, false
 		}
+		page, err = s.page(lower, upper, reverse, first, size)
 	}
+}
+
+// listSQL reads the first page of a prefix in order (%s: ASC or DESC) and,
+// in the same statement (one snapshot), the commit sequence it is as of:
+// the first branch's row.
+const listSQL = "SELECT seq, NULL::bytea, NULL::bytea FROM hearth_lock WHERE id = 1 " +
+	"UNION ALL (SELECT NULL, k, v FROM hearth_kv WHERE k >= $1 AND k < $2 ORDER BY k %s LIMIT %d)"
+
+var (
+	listAsc  = fmt.Sprintf(listSQL, "ASC", firstPage)
+	listDesc = fmt.Sprintf(listSQL, "DESC", firstPage)
+)
+
+// list reads the first page of prefix, [lower, upper), in scan order, and
+// keeps it in the cache if it is every record under the prefix.
+func (s *Store) list(prefix string, lower, upper []byte, reverse bool, least *uint64) ([]row, error) {
+	s.dbLists.Add(1)
+	q := listAsc
+	if reverse {
+		q = listDesc
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	res, err := s.pool.Query(ctx, q, lower, upper)
+	if err != nil {
+		return nil, classify(err)
+	}
+	var at *int64
+	rows, err := pgx.CollectRows(res, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		var seq *int64
+		err := r.Scan(&seq, &x.k, &x.v)
+		if seq != nil {
+			at = seq
+		}
+		return x, err
+	})
+	if err != nil {
+		return nil, classify(err)
+	}
+	// The sequence's row, wherever the engine put it, is not a record;
+	// UNION ALL promises no order, so the records are put in it here.
+	rows = slices.DeleteFunc(rows, func(r row) bool { return r.k == nil })
+	slices.SortFunc(rows, func(a, b row) int { return bytes.Compare(a.k, b.k) })
+	if at != nil {
+		if len(rows) < firstPage {
+			s.cache.fillList(prefix, slices.Clone(rows), uint64(*at))
+		}
+		if least != nil {
+			*least = max(*least, uint64(*at))
+		}
+	}
+	if reverse {
+		slices.Reverse(rows)
+	}
+	return rows, nil
 }
 
 type row struct{ k, v []byte }
