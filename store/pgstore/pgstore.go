@@ -13,7 +13,7 @@
 // capacity pick, name uniqueness and idempotency stay exact across replicas,
 // and a writer whose connection (and so lock) was lost cannot commit. The
 // SQL is the subset CockroachDB shares with PostgreSQL: BYTEA keys,
-// INSERT … ON CONFLICT, SELECT … FOR UPDATE. LISTEN/NOTIFY, which
+// INSERT … ON CONFLICT, UPDATE … RETURNING as the lock. LISTEN/NOTIFY, which
 // CockroachDB lacks, only speeds up waking a node's long-poll; the control
 // plane polls as well.
 package pgstore
