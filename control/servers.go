@@ -180,6 +180,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	}
 	id := newID(prefixServer)
 	m := rc.mutation()
+	m.newServer(id)
 	rev := m.nextRev()
 	rec := serverRec{
 		ID: id, Project: rc.project, Name: req.Name, Status: StatusProvisioning, Chip: req.Chip, RAM: req.RAM, Storage: req.Storage,

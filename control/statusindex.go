@@ -48,6 +48,15 @@ func (m *mutation) indexServer(rec serverRec) error {
 	return m.b.Put(statusKey(rec), rec.ID)
 }
 
+// newServer tells the status index that server id is new in this change,
+// so that indexing it reads no stored record (there is none).
+func (m *mutation) newServer(id string) {
+	if m.srvStatus == nil {
+		m.srvStatus = map[string]string{}
+	}
+	m.srvStatus[id] = ""
+}
+
 // unindexServer removes rec from the status index.
 func (m *mutation) unindexServer(rec serverRec) {
 	if st, ok := m.srvStatus[rec.ID]; ok {

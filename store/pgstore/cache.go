@@ -10,13 +10,18 @@ import (
 // The read cache. Every commit of every process takes the next number of
 // the lock row's commit sequence and sends, in the same transaction, an
 // invalidation naming that number and every key it wrote. A process that
-// listens applies them in commit order, so its cache holds, for every key
-// in it, the value as of the last commit it applied (seq): a record read
-// from the database is kept only if the read saw that same commit. Such a
-// cache is current exactly when seq is the database's sequence, which a
-// process knows for certain only while it holds the writer lock (no one
-// else can commit then): reads answer from it during a held section, and
-// otherwise only where a moment's lag is allowed (Store.Lagging).
+// listens applies them in commit order (seq is the last it applied), so
+// each record in its cache, known as of some commit at, is also the record
+// as of seq: every later commit that wrote it has evicted it. A record read
+// from the database as of commit at is kept if no commit after at that the
+// cache applied wrote it (the cache remembers which keys recent commits
+// wrote), or if at is ahead of the cache (then the commits in between will
+// evict it if they wrote it); a reader that takes a record ahead of the
+// cache reads nothing older afterwards. The cache is current exactly when
+// seq is the database's sequence, which a process knows for certain only
+// while it holds the writer lock (no one else can commit then): reads
+// answer from it during a held section, and otherwise only where a
+// moment's lag is allowed (Store.Lagging).
 
 // invPrefix starts an invalidation's payload: "inv:<seq>:<part>\n" then
 // the keys written, one per line, or "*" for every key. A commit writing
@@ -30,6 +35,14 @@ const maxInvPayload = 7000
 // maxCached bounds the cache; past it the cache starts over.
 const maxCached = 1 << 17
 
+// maxLists bounds the whole prefixes kept (lists); past it they start over.
+const maxLists = 1 << 15
+
+// maxWritten bounds the log of keys written by recent commits; past it the
+// log starts over from the cache's commit, and reads from before that
+// commit are no longer kept.
+const maxWritten = 1 << 17
+
 type cache struct {
 	mu sync.Mutex
 	// on is set while the listener is connected and seq is a baseline
@@ -39,7 +52,22 @@ type cache struct {
 	// held is the sequence at which this process holds the writer lock
 	// and has not committed yet, or 0.
 	held uint64
+	// lseq is the last commit whose invalidation the listener delivered
+	// whole: they come in commit order, so one not after it means the
+	// sequence went back. seq may be ahead of it by this process's own
+	// commits.
+	lseq uint64
 	recs map[string]cached
+	// lists holds whole prefixes (ending in "/") read at once: every
+	// record under each, in key order. A commit that writes any key under
+	// a prefix evicts it.
+	lists map[string]cachedList
+	// written holds, for each key written by a commit after logFrom that
+	// the cache applied (or is applying), the last such commit; wrotePfx
+	// the same for every prefix of those keys that ends in "/".
+	written  map[string]uint64
+	wrotePfx map[string]uint64
+	logFrom  uint64
 	// advanced is closed (and replaced) whenever seq moves (catchUp).
 	advanced chan struct{}
 }
@@ -47,39 +75,122 @@ type cache struct {
 type cached struct {
 	val   []byte
 	found bool
+	// at is the commit as of which the record was read or written: the
+	// record is as of max(at, seq).
+	at uint64
+}
+
+// cachedList is every record under a prefix as of commit at.
+type cachedList struct {
+	rows []row
+	at   uint64
+}
+
+// answers reports whether a record (or list) as of commit at may answer a
+// read: with min nil (strong) only if the cache is current (held == seq);
+// else if it is as of min or later, and then min becomes at least at.
+// With c.mu held.
+func (c *cache) answers(at uint64, min *uint64) bool {
+	if min == nil {
+		return c.held != 0 && c.held == c.seq && at <= c.seq
+	}
+	if max(c.seq, at) < *min {
+		return false
+	}
+	*min = max(*min, at)
+	return true
+}
+
+// lookupList answers a whole prefix from the cache, as lookup a key.
+func (c *cache) lookupList(prefix string, min *uint64) ([]row, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on {
+		return nil, false
+	}
+	l, ok := c.lists[prefix]
+	if !ok || !c.answers(l.at, min) {
+		return nil, false
+	}
+	return l.rows, true
+}
+
+// fillList keeps every record under prefix (rows, in key order) read
+// from the database as of commit at, under fill's rule.
+func (c *cache) fillList(prefix string, rows []row, at uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.on || at < c.logFrom || c.wrotePfx[prefix] > at {
+		return
+	}
+	if old, ok := c.lists[prefix]; ok && old.at > at {
+		return
+	}
+	if c.lists == nil || len(c.lists) >= maxLists {
+		c.lists = make(map[string]cachedList)
+	}
+	c.lists[prefix] = cachedList{rows: rows, at: at}
+}
+
+// evictLists drops the lists of every prefix of key that a commit seq
+// changes and, if log, notes the prefixes in the log; with c.mu held.
+func (c *cache) evictLists(key string, seq uint64, log bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] != '/' {
+			continue
+		}
+		p := key[:i+1]
+		if log {
+			if c.wrotePfx == nil {
+				c.wrotePfx = make(map[string]uint64)
+			}
+			c.wrotePfx[p] = seq
+		}
+		if l, ok := c.lists[p]; ok && l.at < seq {
+			delete(c.lists, p)
+		}
+	}
 }
 
 // lookup answers key from the cache when allowed: with min nil only if
-// the cache is current (held == seq), else if it has applied min.
+// the cache is current (held == seq); else if the record is as of min or
+// later, and then min becomes at least the commit it is as of.
 func (c *cache) lookup(key string, min *uint64) (cached, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.on {
 		return cached{}, false
 	}
-	if min == nil {
-		if c.held == 0 || c.held != c.seq {
-			return cached{}, false
-		}
-	} else if c.seq < *min {
+	r, ok := c.recs[key]
+	if !ok || !c.answers(r.at, min) {
 		return cached{}, false
 	}
-	r, ok := c.recs[key]
-	return r, ok
+	return r, true
 }
 
-// fill keeps a record read from the database as of commit at, if that is
-// the commit the cache is at.
+// fill keeps a record read from the database as of commit at, if it is
+// still the record as of the cache's commit or at is ahead of the cache.
 func (c *cache) fill(key string, r cached, at uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.on || at != c.seq {
+	if !c.on || !c.unwritten(key, at) {
 		return
+	}
+	if old, ok := c.recs[key]; ok && old.at > at {
+		return // a newer read or write is kept already
 	}
 	if c.recs == nil || len(c.recs) >= maxCached {
 		c.recs = make(map[string]cached)
 	}
+	r.at = at
 	c.recs[key] = r
+}
+
+// unwritten reports whether the cache knows that no commit after at that
+// it applied, or has begun to apply, wrote key: the log covers the commits
+// after logFrom; with c.mu held.
+func (c *cache) unwritten(key string, at uint64) bool {
+	return at >= c.logFrom && c.written[key] <= at
 }
 
 // catchUp waits at most max for the cache to apply the commits up to seq
@@ -128,53 +239,85 @@ func (c *cache) hold(seq uint64) {
 
 func (c *cache) release() { c.hold(0) }
 
-// committed applies this process's own commit at once, if the cache is at
-// the commit before it, or already at it (the commit's invalidation can
-// reach the listener before the committer reads its answer): the values
-// it wrote (putK[i] → putV[i], delK gone) are the records as of seq, so
-// they are kept rather than evicted, and reading back what was just
-// written costs no round trip. Otherwise the invalidation catches the
-// cache up later.
+// committed applies this process's own commit: the values it wrote
+// (putK[i] → putV[i], delK gone) are the records as of seq, so they are
+// kept rather than evicted — unless a later commit the cache applied
+// wrote them too — and reading back what was just written costs no round
+// trip. If the cache is at the commit before, it moves to seq at once (its
+// invalidation, arriving later, is then skipped); the invalidation can
+// also arrive first, or the cache be further behind, when its own
+// invalidation and those before it catch it up.
 func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.on || (seq != c.seq+1 && seq != c.seq) {
+	if !c.on {
 		return
 	}
 	if c.recs == nil || len(c.recs)+len(putK)+len(delK) > maxCached {
 		c.recs = make(map[string]cached)
 	}
+	advance := seq == c.seq+1
+	keep := func(k []byte, r cached) {
+		key := string(k)
+		c.evictLists(key, seq, advance)
+		if advance {
+			c.wrote(key, seq)
+		} else if !c.unwritten(key, seq) {
+			return
+		}
+		if old, ok := c.recs[key]; ok && old.at > seq {
+			return
+		}
+		c.recs[key] = r
+	}
 	for i, k := range putK {
-		c.recs[string(k)] = cached{val: putV[i], found: true}
+		keep(k, cached{val: putV[i], found: true, at: seq})
 	}
 	for _, k := range delK {
-		c.recs[string(k)] = cached{}
+		keep(k, cached{at: seq})
 	}
+	if advance {
+		c.advance(seq)
+	}
+}
+
+// wrote notes in the log that commit seq wrote key; with c.mu held.
+func (c *cache) wrote(key string, seq uint64) {
+	if c.written == nil {
+		c.written = make(map[string]uint64)
+	}
+	c.written[key] = seq
+}
+
+// advance moves the cache to commit seq, all of whose invalidation is
+// applied; with c.mu held.
+func (c *cache) advance(seq uint64) {
 	c.seq = seq
+	if len(c.written)+len(c.wrotePfx) > maxWritten {
+		c.written, c.wrotePfx, c.logFrom = nil, nil, seq
+	}
 	c.moved()
 }
 
-func (c *cache) evict(keys []string, all bool) {
-	if all {
-		c.recs = nil
-		return
-	}
-	for _, k := range keys {
-		delete(c.recs, k)
-	}
+// reset forgets every record and the log: only reads as of from or later
+// can be kept; with c.mu held.
+func (c *cache) reset(from uint64) {
+	c.recs, c.lists, c.written, c.wrotePfx, c.logFrom = nil, nil, nil, nil, from
 }
 
 // start begins caching from the database's sequence base, read after the
 // listener's LISTEN took effect; stop ends it when the listener is lost.
 func (c *cache) start(base uint64) {
 	c.mu.Lock()
-	c.on, c.seq, c.recs = true, base, nil
+	c.on, c.seq, c.lseq = true, base, base
+	c.reset(base)
 	c.mu.Unlock()
 }
 
 func (c *cache) stop() {
 	c.mu.Lock()
-	c.on, c.recs = false, nil
+	c.on = false
+	c.reset(0)
 	c.moved()
 	c.mu.Unlock()
 }
@@ -188,29 +331,51 @@ func (c *cache) apply(payload string) (ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if seq == 0 {
-		c.recs = nil // malformed: no key can be trusted
+		// Malformed: no key can be trusted, nor a read from before the
+		// next commit (which this payload may belong to).
+		c.reset(c.seq + 1)
 		return true
 	}
 	switch {
-	case !c.on || seq == c.seq:
-		return true // applied already: this process's own commit
-	case seq < c.seq:
+	case !c.on:
+		return true
+	case seq <= c.lseq:
 		// The sequence went back: the database was restored from a
 		// backup (or, just after start, a commit from before the
 		// baseline). Nothing cached can be trusted.
 		if final {
-			c.recs, c.seq = nil, seq
+			c.reset(seq)
+			c.seq, c.lseq = seq, seq
 			c.moved()
+		}
+		return true
+	case seq <= c.seq:
+		// Applied already: this process's own commit (committed), or one
+		// before it. Own commits can run ahead of the listener by
+		// several.
+		if final {
+			c.lseq = seq
 		}
 		return true
 	}
 	if final && seq != c.seq+1 {
 		all = true // a commit was missed
 	}
-	c.evict(keys, all)
+	if all {
+		c.reset(seq)
+	} else {
+		for _, k := range keys {
+			c.wrote(k, seq)
+			c.evictLists(k, seq, true)
+			// A record as of this commit or later has its write.
+			if r, ok := c.recs[k]; ok && r.at < seq {
+				delete(c.recs, k)
+			}
+		}
+	}
 	if final {
-		c.seq = seq
-		c.moved()
+		c.lseq = seq
+		c.advance(seq)
 	}
 	return true
 }

@@ -168,3 +168,186 @@ func TestInvParts(t *testing.T) {
 		t.Fatalf("empty commit parsed as keys %q all %v", ks, all)
 	}
 }
+
+// Reads and own commits that are not exactly as of the cache's commit are
+// kept when the cache can prove them current: a read from before it that
+// no later commit wrote, a read ahead of it (the commits in between evict
+// it if they wrote it, and a reader that takes it reads nothing older
+// afterwards), an own commit whose answer came after later commits.
+func TestCacheKeepsProvenReads(t *testing.T) {
+	var c cache
+	c.start(10)
+	c.apply(invPrefix + "11:f\nw")
+	c.apply(invPrefix + "12:f\nx")
+	c.fill("a", v("1"), 11) // 12 did not write a
+	c.fill("w", v("1"), 10) // 11 wrote w
+	c.fill("x", v("1"), 11) // 12 wrote x
+	if r, ok := c.lookup("a", new(uint64)); !ok || string(r.val) != "1" {
+		t.Fatal("a read no later commit wrote was not kept")
+	}
+	for _, k := range []string{"w", "x"} {
+		if _, ok := c.lookup(k, new(uint64)); ok {
+			t.Fatalf("kept %s, read before a commit that wrote it", k)
+		}
+	}
+	c.fill("b", v("1"), 9) // before the log
+	if _, ok := c.lookup("b", new(uint64)); ok {
+		t.Fatal("kept a read from before what the log covers")
+	}
+
+	// Ahead of the cache: commits 13 and 14 are on their way.
+	c.fill("y", v("14"), 14)
+	c.fill("z", v("14"), 14)
+	c.hold(12)
+	if _, ok := c.lookup("y", nil); ok {
+		t.Fatal("strong lookup answered a record ahead of the cache")
+	}
+	c.release()
+	min := uint64(0)
+	if r, ok := c.lookup("y", &min); !ok || string(r.val) != "14" || min != 14 {
+		t.Fatalf("lagging lookup ahead: %v %v, min %d (want 14)", r, ok, min)
+	}
+	if _, ok := c.lookup("a", &min); ok {
+		t.Fatal("a reader that read as of 14 was answered as of 12")
+	}
+	c.fill("y", v("12"), 12) // an older read must not replace it
+	c.apply(invPrefix + "13:f\ny\nz")
+	if r, ok := c.lookup("y", new(uint64)); !ok || string(r.val) != "14" {
+		t.Fatal("a commit the record already has evicted it")
+	}
+	c.apply(invPrefix + "14:f\nz")
+	c.apply(invPrefix + "15:f\nz")
+	if _, ok := c.lookup("z", new(uint64)); ok {
+		t.Fatal("a later commit's write did not evict a record read ahead")
+	}
+
+	// This process's commit 16, whose answer comes after 16 and 17 were
+	// applied: what 17 wrote is not taken back.
+	c.apply(invPrefix + "16:f\np\nq")
+	c.apply(invPrefix + "17:f\nq")
+	c.committed(16, [][]byte{[]byte("p"), []byte("q")}, [][]byte{[]byte("16"), []byte("16")}, nil)
+	if r, ok := c.lookup("p", new(uint64)); !ok || string(r.val) != "16" {
+		t.Fatal("own commit answered late: its write was not kept")
+	}
+	if _, ok := c.lookup("q", new(uint64)); ok {
+		t.Fatal("own commit answered late overwrote a later commit's write")
+	}
+	// Commit 19 answered while 18 is still on its way: kept ahead, and
+	// its own invalidation does not evict it.
+	c.committed(19, [][]byte{[]byte("r")}, [][]byte{[]byte("19")}, nil)
+	c.apply(invPrefix + "18:f\ns")
+	c.apply(invPrefix + "19:f\nr")
+	if r, ok := c.lookup("r", new(uint64)); !ok || string(r.val) != "19" || c.seq != 19 {
+		t.Fatalf("own commit ahead of the cache: %v %v (seq %d)", r, ok, c.seq)
+	}
+
+	// A commit in parts: a key its first part evicted, read as of the
+	// commit before it, is not kept while the rest is on its way.
+	c.apply(invPrefix + "20:p0\nm")
+	c.fill("m", v("19"), 19)
+	c.apply(invPrefix + "20:f\nn")
+	if _, ok := c.lookup("m", new(uint64)); ok {
+		t.Fatal("kept a read from before a commit whose part wrote it")
+	}
+
+	// The log starts over when full: reads from before it are not kept.
+	for i := range maxWritten + 1 {
+		c.wrote(fmt.Sprintf("k%d", i), 21)
+	}
+	c.apply(invPrefix + "21:f\nlast")
+	c.fill("u", v("20"), 20)
+	if _, ok := c.lookup("u", new(uint64)); ok || len(c.written) != 0 {
+		t.Fatal("kept a read from before the log started over")
+	}
+	c.fill("u", v("21"), 21)
+	if _, ok := c.lookup("u", nil); ok {
+		t.Fatal("strong lookup without the lock")
+	}
+	c.hold(21)
+	if r, ok := c.lookup("u", nil); !ok || string(r.val) != "21" {
+		t.Fatal("strong lookup at the lock's commit not answered")
+	}
+}
+
+// Own commits can be answered several ahead of the listener: their
+// invalidations, arriving after, are not a sequence gone back, and the
+// records stay.
+func TestCacheOwnCommitsAheadOfListener(t *testing.T) {
+	var c cache
+	c.start(1)
+	for seq := uint64(2); seq <= 4; seq++ {
+		c.committed(seq, [][]byte{[]byte(fmt.Sprint("k", seq))}, [][]byte{[]byte("v")}, nil)
+	}
+	c.fill("other", v("o"), 4)
+	for seq := 2; seq <= 4; seq++ {
+		c.apply(fmt.Sprintf("%s%d:f\nk%d", invPrefix, seq, seq))
+	}
+	c.apply(invPrefix + "5:f\nk2")
+	if c.seq != 5 {
+		t.Fatalf("seq %d, want 5", c.seq)
+	}
+	for _, k := range []string{"k3", "k4", "other"} {
+		if _, ok := c.lookup(k, new(uint64)); !ok {
+			t.Fatalf("%s lost: the own commits' invalidations started the cache over", k)
+		}
+	}
+	if _, ok := c.lookup("k2", new(uint64)); ok {
+		t.Fatal("k2, written by commit 5, still cached")
+	}
+	c.apply(invPrefix + "5:f\nk3") // the database restored to 5 and written again
+	if _, ok := c.lookup("k4", new(uint64)); ok || c.seq != 5 {
+		t.Fatal("a sequence gone back did not start over")
+	}
+}
+
+// Whole prefixes are kept as lists under the rules of single records: a
+// commit writing any key under the prefix evicts it, one writing
+// elsewhere does not, and a list read before a commit that wrote under it
+// is not kept.
+func TestCacheLists(t *testing.T) {
+	var c cache
+	c.start(1)
+	rows := []row{{k: []byte("ctl/fw/s1/1/a"), v: []byte("1")}}
+	c.fillList("ctl/fw/s1/", rows, 1)
+	c.fillList("ctl/dk/s1/", nil, 1)
+	if got, ok := c.lookupList("ctl/fw/s1/", new(uint64)); !ok || len(got) != 1 {
+		t.Fatalf("list not kept: %v %v", got, ok)
+	}
+	if _, ok := c.lookupList("ctl/fw/s1/", nil); ok {
+		t.Fatal("strong list lookup without the lock")
+	}
+	c.hold(1)
+	if got, ok := c.lookupList("ctl/dk/s1/", nil); !ok || len(got) != 0 {
+		t.Fatal("empty list not answered under the lock")
+	}
+	c.release()
+	c.apply(invPrefix + "2:f\nctl/fw/s2/1/b\nctl/node/n1")
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); !ok {
+		t.Fatal("a write under another prefix evicted the list")
+	}
+	c.apply(invPrefix + "3:f\nctl/fw/s1/2/c")
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); ok {
+		t.Fatal("a write under the prefix did not evict the list")
+	}
+	c.fillList("ctl/fw/s1/", rows, 2) // read before commit 3, which wrote under it
+	if _, ok := c.lookupList("ctl/fw/s1/", new(uint64)); ok {
+		t.Fatal("kept a list read before a commit that wrote under it")
+	}
+	c.fillList("ctl/fw/s2/", nil, 5) // ahead of the cache
+	min := uint64(0)
+	if _, ok := c.lookupList("ctl/fw/s2/", &min); !ok || min != 5 {
+		t.Fatalf("list ahead of the cache: min %d", min)
+	}
+	c.committed(4, [][]byte{[]byte("ctl/dk/s1/4/d")}, [][]byte{[]byte("x")}, nil)
+	if _, ok := c.lookupList("ctl/dk/s1/", new(uint64)); ok {
+		t.Fatal("an own commit under the prefix did not evict the list")
+	}
+	c.apply(invPrefix + "5:f\nctl/fw/s2/5/e") // the commit the list ahead was read at
+	if _, ok := c.lookupList("ctl/fw/s2/", new(uint64)); !ok {
+		t.Fatal("a list as of a commit was evicted by that commit")
+	}
+	c.apply(invPrefix + "6:f\n*")
+	if _, ok := c.lookupList("ctl/fw/s2/", new(uint64)); ok {
+		t.Fatal("an invalidation of everything kept a list")
+	}
+}

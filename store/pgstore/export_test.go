@@ -3,6 +3,9 @@ package pgstore
 // DBReads is how many point reads went to the database so far.
 func (s *Store) DBReads() int64 { return s.dbReads.Load() }
 
+// DBLists is how many whole-prefix reads went to the database so far.
+func (s *Store) DBLists() int64 { return s.dbLists.Load() }
+
 // CacheSeq is the last commit the cache applied, and whether it is on.
 func (s *Store) CacheSeq() (uint64, bool) {
 	s.cache.mu.Lock()

@@ -13,12 +13,13 @@
 // capacity pick, name uniqueness and idempotency stay exact across replicas,
 // and a writer whose connection (and so lock) was lost cannot commit. The
 // SQL is the subset CockroachDB shares with PostgreSQL: BYTEA keys,
-// INSERT … ON CONFLICT, SELECT … FOR UPDATE. LISTEN/NOTIFY, which
+// INSERT … ON CONFLICT, UPDATE … RETURNING as the lock. LISTEN/NOTIFY, which
 // CockroachDB lacks, only speeds up waking a node's long-poll; the control
 // plane polls as well.
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -27,6 +28,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,8 +80,9 @@ type Store struct {
 	crdb bool
 	// cache holds records read, kept current while Listen runs (cache.go).
 	cache cache
-	// dbReads counts point reads that went to the database (tests).
-	dbReads atomic.Int64
+	// dbReads counts point reads that went to the database, dbLists the
+	// whole prefixes (tests).
+	dbReads, dbLists atomic.Int64
 }
 
 var (
@@ -310,6 +313,10 @@ func (l *lagging) GetMany(keys []string, fn func(key string, val []byte) error) 
 	return l.getMany(keys, fn, &l.min)
 }
 
+func (l *lagging) Scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error)) error {
+	return l.scan(prefix, start, reverse, fn, &l.min)
+}
+
 // Close of a reader closes nothing: the Store is its owner's.
 func (l *lagging) Close() error { return nil }
 
@@ -323,6 +330,14 @@ func (s *Store) Delete(key string) error { return store.DeleteOne(s.NewBatch, ke
 // iterator it is not one snapshot: a record changed during a long scan may
 // be seen as of any page. Callers that need one view hold the writer lock.
 func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error)) error {
+	return s.scan(prefix, start, reverse, fn, nil)
+}
+
+// scan is Scan with the cache allowed as for get (least as get's min). A
+// whole prefix that ends in "/" is read first with the commit sequence,
+// and kept as one list if it fits in that first page (a server's rules or
+// API keys, what a long-poll lists); a longer one goes on page by page.
+func (s *Store) scan(prefix, start string, reverse bool, fn func(key string, val []byte) (bool, error), least *uint64) error {
 	lower := []byte(prefix)
 	upper := prefixEnd(lower)
 	if start != "" {
@@ -334,8 +349,26 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 	}
 	first := true
 	size := firstPage
+	var page []row
+	var err error
+	if start == "" && strings.HasSuffix(prefix, "/") {
+		if rows, ok := s.cache.lookupList(prefix, least); ok {
+			for i := range rows {
+				r := rows[i]
+				if reverse {
+					r = rows[len(rows)-1-i]
+				}
+				if more, err := fn(string(r.k), r.v); err != nil || !more {
+					return err
+				}
+			}
+			return nil
+		}
+		page, err = s.list(prefix, lower, upper, reverse, least)
+	} else {
+		page, err = s.page(lower, upper, reverse, first, size)
+	}
 	for {
-		page, err := s.page(lower, upper, reverse, first, size)
 		if err != nil {
 			return fmt.Errorf("scan %q: %w", prefix, err)
 		}
@@ -358,7 +391,64 @@ func (s *Store) Scan(prefix, start string, reverse bool, fn func(key string, val
 		} else {
 			lower, first = last, false
 		}
+		page, err = s.page(lower, upper, reverse, first, size)
 	}
+}
+
+// listSQL reads the first page of a prefix in order (%s: ASC or DESC) and,
+// in the same statement (one snapshot), the commit sequence it is as of:
+// the first branch's row.
+const listSQL = "SELECT seq, NULL::bytea, NULL::bytea FROM hearth_lock WHERE id = 1 " +
+	"UNION ALL (SELECT NULL, k, v FROM hearth_kv WHERE k >= $1 AND k < $2 ORDER BY k %s LIMIT %d)"
+
+var (
+	listAsc  = fmt.Sprintf(listSQL, "ASC", firstPage)
+	listDesc = fmt.Sprintf(listSQL, "DESC", firstPage)
+)
+
+// list reads the first page of prefix, [lower, upper), in scan order, and
+// keeps it in the cache if it is every record under the prefix.
+func (s *Store) list(prefix string, lower, upper []byte, reverse bool, least *uint64) ([]row, error) {
+	s.dbLists.Add(1)
+	q := listAsc
+	if reverse {
+		q = listDesc
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	res, err := s.pool.Query(ctx, q, lower, upper)
+	if err != nil {
+		return nil, classify(err)
+	}
+	var at *int64
+	rows, err := pgx.CollectRows(res, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		var seq *int64
+		err := r.Scan(&seq, &x.k, &x.v)
+		if seq != nil {
+			at = seq
+		}
+		return x, err
+	})
+	if err != nil {
+		return nil, classify(err)
+	}
+	// The sequence's row, wherever the engine put it, is not a record;
+	// UNION ALL promises no order, so the records are put in it here.
+	rows = slices.DeleteFunc(rows, func(r row) bool { return r.k == nil })
+	slices.SortFunc(rows, func(a, b row) int { return bytes.Compare(a.k, b.k) })
+	if at != nil {
+		if len(rows) < firstPage {
+			s.cache.fillList(prefix, slices.Clone(rows), uint64(*at))
+		}
+		if least != nil {
+			*least = max(*least, uint64(*at))
+		}
+	}
+	if reverse {
+		slices.Reverse(rows)
+	}
+	return rows, nil
 }
 
 type row struct{ k, v []byte }
@@ -477,7 +567,7 @@ func (b *batch) CommitAsync() (wait func() error, err error) {
 	}
 	if b.sec != nil {
 		if conn := b.sec.take(); conn != nil {
-			return b.s.sendCommit(conn, b, false), nil
+			return b.s.sendCommit(conn, b, b.sec.seq), nil
 		}
 	}
 	if err := b.commitOwnRetried(); err != nil {
@@ -509,7 +599,7 @@ func (b *batch) commitOwn() error {
 	if err != nil {
 		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
-	return b.s.sendCommit(conn, b, true)()
+	return b.s.sendCommit(conn, b, 0)()
 }
 
 // isRetryable reports a serialisation failure: nothing was committed and
@@ -524,21 +614,32 @@ func isRetryable(err error) bool {
 // under the round trips it saves).
 const catchUpWait = time.Millisecond
 
-// Statements that open a transaction holding the writer lock.
+// Statements that open a transaction holding the writer lock. The lock
+// statement takes the number of the transaction's commit too: rolled back
+// with it when nothing is committed, so the sequence counts commits only,
+// and a commit needs no statement of its own for it.
 const (
 	beginSQL = "BEGIN"
-	lockSQL  = "SELECT seq FROM hearth_lock WHERE id = 1 FOR UPDATE"
+	lockSQL  = "UPDATE hearth_lock SET seq = seq + 1 WHERE id = 1 RETURNING seq"
 )
+
+// notifySQL sends a commit's notifications, in order, in one statement:
+// $2 the payloads, of which the first $3 are invalidation parts that get
+// "inv:<seq>" in front (the sequence this transaction's lock statement
+// took). PostgreSQL evaluates a volatile function of the select list after
+// the sort, so ORDER BY is the order sent.
+const notifySQL = "SELECT pg_notify($1, CASE WHEN t.i <= $3 THEN $4 || l.seq::text || t.n ELSE t.n END) " +
+	"FROM hearth_lock l CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS t(n, i) WHERE l.id = 1 ORDER BY t.i"
 
 // sendCommit sends the batch's statements on conn with COMMIT after them,
 // pipelined (if one fails, PostgreSQL skips the rest up to the pipeline's
 // end, COMMIT included), and returns the function that reads the answer:
-// one round trip in all. With begin, conn holds no transaction yet and the
-// pipeline opens one that takes the writer lock; otherwise conn's
-// transaction holds it. conn is released by the returned function; one
-// left inside a transaction (a failure) is closed by the pool rather than
-// reused.
-func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func() error) {
+// one round trip in all. seq is the commit's number, taken by the lock of
+// conn's transaction; with seq 0 conn holds no transaction yet and the
+// pipeline opens one that takes the writer lock (and the number). conn is
+// released by the returned function; one left inside a transaction (a
+// failure) is closed by the pool rather than reused.
+func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func() error) {
 	// From here the database may move past the cache at any moment.
 	s.cache.release()
 	ctx, cancel := s.ctx()
@@ -563,8 +664,10 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 		}
 	}
 	var pb pgx.Batch
-	if begin {
+	seqAt := -1
+	if seq == 0 {
 		pb.Queue(beginSQL)
+		seqAt = pb.Len()
 		pb.Queue(lockSQL)
 	}
 	if len(delK) > 0 {
@@ -574,25 +677,17 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 		pb.Queue("INSERT INTO hearth_kv (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) "+
 			"ON CONFLICT (k) DO UPDATE SET v = excluded.v", putK, putV)
 	}
-	// The commit's number, and its invalidation ahead of the caller's
-	// notifications, so a replica woken by those reads past it (cache.go).
-	seqAt := pb.Len()
-	pb.Queue("UPDATE hearth_lock SET seq = seq + 1 WHERE id = 1 RETURNING seq")
+	// The commit's invalidation ahead of the caller's notifications, so a
+	// replica woken by those reads past it (cache.go).
 	if !s.crdb {
-		for _, part := range invParts(written) {
-			pb.Queue("SELECT pg_notify($1, $2 || seq::text || $3) FROM hearth_lock WHERE id = 1",
-				notifyChannel, invPrefix, part)
-		}
-		for _, n := range b.notes {
-			pb.Queue("SELECT pg_notify($1, $2)", notifyChannel, n)
-		}
+		parts := invParts(written)
+		pb.Queue(notifySQL, notifyChannel, append(parts, b.notes...), len(parts), invPrefix)
 	}
 	pb.Queue("COMMIT")
 	br := conn.SendBatch(ctx, &pb)
 	return func() error {
 		defer cancel()
 		defer conn.Release()
-		var seq int64
 		var err error
 		for i := 0; i < pb.Len() && err == nil; i++ {
 			if i == seqAt {
@@ -611,7 +706,7 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 			// COMMIT of a failed transaction answers ROLLBACK, not an error.
 			return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 		}
-		s.cache.committed(uint64(seq), putK, putV, delK)
+		s.cache.committed(seq, putK, putV, delK)
 		return nil
 	}
 }
@@ -621,6 +716,9 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, begin bool) (wait func(
 type section struct {
 	s    *Store
 	conn *pgxpool.Conn
+	// seq is the number the section's commit takes; seq-1 is the last
+	// commit before it.
+	seq uint64
 	// read are the records read when the lock was taken, nil for a key
 	// that does not exist: valid until the section's batch commits.
 	read map[string][]byte
@@ -688,8 +786,7 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 	if _, err := br.Exec(); err != nil {
 		return err
 	}
-	var seq int64
-	if err := br.QueryRow().Scan(&seq); err != nil {
+	if err := br.QueryRow().Scan(&sec.seq); err != nil {
 		return err
 	}
 	if len(keys) > 0 {
@@ -714,14 +811,15 @@ func (sec *section) begin(ctx context.Context, keys []string) error {
 		return err
 	}
 	// Nobody else commits until this section does: the cache, once at
-	// seq, answers every read (cache.lookup). Another process's commit
-	// just before is announced at the moment this lock was granted; its
-	// invalidation is worth a moment's wait, against a round trip for
-	// each read it would otherwise cost.
-	sec.s.cache.catchUp(uint64(seq), catchUpWait)
-	sec.s.cache.hold(uint64(seq))
+	// the commit before it, answers every read (cache.lookup). Another
+	// process's commit just before is announced at the moment this lock
+	// was granted; its invalidation is worth a moment's wait, against a
+	// round trip for each read it would otherwise cost.
+	prev := sec.seq - 1
+	sec.s.cache.catchUp(prev, catchUpWait)
+	sec.s.cache.hold(prev)
 	for k, v := range sec.read {
-		sec.s.cache.fill(k, cached{val: v, found: v != nil}, uint64(seq))
+		sec.s.cache.fill(k, cached{val: v, found: v != nil}, prev)
 	}
 	return nil
 }

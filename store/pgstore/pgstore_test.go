@@ -503,3 +503,82 @@ func TestCacheAcrossStores(t *testing.T) {
 		t.Fatalf("other store reads %q, %v; want mine", got, err)
 	}
 }
+
+// TestListCacheAcrossStores: a whole small prefix read once is answered
+// from the cache (either order) until a commit of any process writes
+// under it; then it is read again and never stale. A long prefix is paged
+// through the database as before.
+func TestListCacheAcrossStores(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	a, b := open(t, url), open(t, url)
+	listen(t, a)
+	listen(t, b)
+	put := func(st *pgstore.Store, keys ...string) {
+		t.Helper()
+		bt := st.NewBatch()
+		for _, k := range keys {
+			if err := bt.Put(k, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bt.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		seq := a.DBSeq()
+		for _, st := range []*pgstore.Store{a, b} {
+			waitFor(t, "the caches to apply every commit", func() bool { s, _ := st.CacheSeq(); return s >= seq })
+		}
+	}
+	scan := func(kv store.KV, reverse bool) []string {
+		t.Helper()
+		var got []string
+		if err := kv.Scan("l/", "", reverse, func(k string, _ []byte) (bool, error) {
+			got = append(got, k)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	check := func(kv store.KV, want []string, lists int64) {
+		t.Helper()
+		before := b.DBLists()
+		if got := scan(kv, false); !slices.Equal(got, want) {
+			t.Fatalf("scan = %q, want %q", got, want)
+		}
+		rev := slices.Clone(want)
+		slices.Reverse(rev)
+		if got := scan(kv, true); !slices.Equal(got, rev) {
+			t.Fatalf("reverse scan = %q, want %q", got, rev)
+		}
+		if n := b.DBLists() - before; n != lists {
+			t.Fatalf("%d whole-prefix reads from the database, want %d", n, lists)
+		}
+	}
+	put(a, "l/1", "l/2", "m/1")
+	check(b.Lagging(), []string{"l/1", "l/2"}, 1) // read once, then cached
+	check(b.Lagging(), []string{"l/1", "l/2"}, 0)
+	put(a, "m/2") // elsewhere
+	check(b.Lagging(), []string{"l/1", "l/2"}, 0)
+	put(a, "l/0")
+	check(b.Lagging(), []string{"l/0", "l/1", "l/2"}, 1)
+	if err := b.Delete("l/1"); err != nil { // own commit
+		t.Fatal(err)
+	}
+	check(b.Lagging(), []string{"l/0", "l/2"}, 1)
+	w, unlock, err := b.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+	check(w, []string{"l/0", "l/2"}, 0) // current under the lock
+	unlock()
+
+	var long []string
+	for i := range 40 {
+		long = append(long, fmt.Sprintf("l/x%02d", i))
+	}
+	put(a, long...)
+	want := append([]string{"l/0", "l/2"}, long...)
+	check(b.Lagging(), want, 2) // not kept: too long for one page
+}
