@@ -24,6 +24,24 @@ func connCounter(srv *httptest.Server) *atomic.Int64 {
 	return &n
 }
 
+// pipeRuntime makes lt dial in-memory connections (net.Pipe, on which a
+// synctest bubble can wait, where it cannot on a socket), each served by
+// serve in a goroutine of its own. It returns the count of connections
+// dialled.
+func pipeRuntime(lt *loopTransport, serve func(net.Conn)) *atomic.Int64 {
+	var n atomic.Int64
+	lt.dial = func(context.Context, string, string) (net.Conn, error) {
+		n.Add(1)
+		c, srv := net.Pipe()
+		go func() {
+			defer srv.Close()
+			serve(srv)
+		}()
+		return c, nil
+	}
+	return &n
+}
+
 func TestLoopTransportReusesAConnectionReadToTheEnd(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
