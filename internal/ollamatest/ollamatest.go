@@ -24,6 +24,12 @@
 // the test binary, which is exactly the lifetime of the server. As a backstop
 // the server gets SIGTERM if the test binary dies without cleaning up.
 //
+// Before a test gets a shared instance, it is asked for one token. One that
+// does not answer (a test before left it stuck) is restarted, its stacks
+// logged, so that it costs one check rather than every later test's time;
+// one that cannot be brought back fails that test and every later one at
+// once.
+//
 // # Versions
 //
 // hearth supports a range of Ollama versions, so the integration tests run
@@ -88,6 +94,8 @@ type Instance struct {
 	cmd  *exec.Cmd
 	logs *proctest.LogBuffer
 	done <-chan struct{} // closed when the process has exited
+
+	stacks string // what the last restart's SIGQUIT printed
 
 	closeOnce sync.Once
 }
@@ -159,6 +167,9 @@ type sharedInstance struct {
 	once sync.Once
 	inst *Instance
 	err  error
+
+	mu     sync.Mutex
+	broken error // why it could not be brought back; later tests fail at once
 }
 
 // Get returns the shared instance of the default binary (FindBinary),
@@ -173,13 +184,35 @@ func (s *Shared) Get(t testing.TB) *Instance {
 	return s.GetVersion(t, Version{Bin: bin})
 }
 
-// GetVersion is Get for the Ollama v.
+// GetVersion is Get for the Ollama v. Before returning the instance it
+// makes sure it still generates, and restarts it if it does not (see
+// ensureAnswers): the test gets a working instance, or fails at once.
 func (s *Shared) GetVersion(t testing.TB, v Version) *Instance {
 	t.Helper()
+	inst, stuck, err := s.get(v, checkWithin)
+	if err != nil {
+		t.Fatalf("ollamatest: %v", err)
+	}
+	if stuck != nil {
+		t.Logf("ollamatest: shared Ollama %s at %s had stopped answering (%v) after the tests before this one, and was restarted. Its stacks:\n%s",
+			inst.Version, inst.URL, stuck, inst.stacks)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("ollama serve output (tail):\n%s", inst.LogTail(16<<10))
+		}
+	})
+	return inst
+}
+
+// get is GetVersion without the test: the instance, why it had to be
+// restarted (stuck), or why there is none for v. within is the time its
+// check gives it to answer before it is restarted.
+func (s *Shared) get(v Version, within time.Duration) (inst *Instance, stuck, err error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		t.Fatal("ollamatest: shared instances already closed")
+		return nil, nil, errors.New("shared instances already closed")
 	}
 	if s.insts == nil {
 		s.insts = make(map[string]*sharedInstance)
@@ -193,24 +226,28 @@ func (s *Shared) GetVersion(t testing.TB, v Version) *Instance {
 
 	si.once.Do(func() { si.inst, si.err = start(v) })
 	if si.err != nil {
-		t.Fatalf("ollamatest: %v", si.err)
+		return nil, nil, si.err
 	}
-	inst := si.inst
+	inst = si.inst
 	if v.Name != "" && inst.Version != v.Name {
-		t.Fatalf("ollamatest: %s answers version %s, want %s", v.Bin, inst.Version, v.Name)
+		return nil, nil, fmt.Errorf("%s answers version %s, want %s", v.Bin, inst.Version, v.Name)
+	}
+	si.mu.Lock()
+	defer si.mu.Unlock()
+	if si.broken != nil {
+		return nil, nil, fmt.Errorf("%w (found by an earlier test; not tried again)", si.broken)
 	}
 	select {
 	case <-inst.done:
-		t.Fatalf("ollamatest: shared ollama serve has exited; output:\n%s", inst.LogTail(16<<10))
+		return nil, nil, fmt.Errorf("shared ollama serve has exited; output:\n%s", inst.LogTail(16<<10))
 	default:
 	}
-	checkShared(t, inst)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("ollama serve output (tail):\n%s", inst.LogTail(16<<10))
-		}
-	})
-	return inst
+	stuck, err = inst.ensureAnswers(within)
+	if err != nil {
+		si.broken = err
+		return nil, stuck, fmt.Errorf("%w; log tail:\n%s", err, inst.LogTail(32<<10))
+	}
+	return inst, stuck, nil
 }
 
 // ForEach runs f as a subtest of t per version (see ForEachVersion) with
@@ -261,6 +298,45 @@ func (i *Instance) Close() {
 	})
 }
 
+// restart replaces a server that stopped answering with a new one on the
+// same address and models directory (on another address if that one is
+// taken meanwhile). The server and its runners get SIGQUIT first, on which
+// the Go runtime prints every goroutine's stack into the log: where a
+// stuck server waits.
+func (i *Instance) restart() error {
+	const mark = "\n--- ollamatest: ollama serve stopped answering: SIGQUIT, then a restart ---\n"
+	fmt.Fprint(i.logs, mark)
+	if i.cmd != nil {
+		for _, pid := range proctest.Children(i.PID()) {
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+			_ = syscall.Kill(pid, syscall.SIGCONT) // in case it was stopped
+		}
+		_ = syscall.Kill(i.PID(), syscall.SIGQUIT)
+		select {
+		case <-i.done: // its stacks written
+		case <-time.After(10 * time.Second):
+		}
+	}
+	// cmd is cleared once its group is stopped, so that the group is not
+	// signalled again (its ids may have been reused by then).
+	i.stop()
+	i.cmd = nil
+	i.stacks = i.logs.String()
+	if k := strings.LastIndex(i.stacks, mark); k >= 0 {
+		i.stacks = i.stacks[k+len(mark):]
+	}
+	err := i.launch(i.Addr)
+	if err != nil {
+		i.stop()
+		i.cmd = nil
+		if err = i.launch(""); err != nil {
+			i.stop()
+			i.cmd = nil
+		}
+	}
+	return err
+}
+
 // stop ends the process group: SIGTERM, then SIGKILL after a grace period.
 func (i *Instance) stop() {
 	if i.cmd == nil {
@@ -301,7 +377,7 @@ func start(v Version) (*Instance, error) {
 
 	// A free port can be taken between probing and binding; try a few.
 	for attempt := 0; ; attempt++ {
-		err := inst.launch()
+		err := inst.launch("")
 		if err == nil {
 			break
 		}
@@ -325,16 +401,20 @@ func start(v Version) (*Instance, error) {
 	return inst, nil
 }
 
-// launch starts ollama serve on a free loopback port and waits until it
-// answers.
-func (i *Instance) launch() error {
-	addr, err := testutil.FreeAddr()
-	if err != nil {
-		return err
+// launch starts ollama serve on addr (a free loopback port if empty) and
+// waits until it answers. Its output goes on in the instance's log.
+func (i *Instance) launch(addr string) error {
+	if addr == "" {
+		var err error
+		if addr, err = testutil.FreeAddr(); err != nil {
+			return err
+		}
 	}
 	i.Addr = addr
 	i.URL = "http://" + i.Addr
-	i.logs = &proctest.LogBuffer{}
+	if i.logs == nil {
+		i.logs = &proctest.LogBuffer{}
+	}
 
 	cmd := exec.Command(i.Bin, "serve")
 	cmd.Dir = i.dir

@@ -406,9 +406,11 @@ var _ llm.Runtime = (*Backend)(nil)
 // runner notice. So when the caller gives up first (ctx ends, or the first
 // line takes longer than FirstByteTimeout), the request is not dropped:
 // Chat returns an error that implements llm.Abandoned and keeps the
-// request open in the background until the first line arrives (at most
-// abandonWait), then closes it, which stops the generation at once. The
-// caller holds its slot until RuntimeDone.
+// request open in the background until the first line arrives, then
+// closes it, which stops the generation at once. The caller holds its slot
+// until RuntimeDone. A runtime that sends nothing for abandonWait more
+// (FirstByteTimeout again, a minute at least) is stuck rather than busy:
+// the request is closed then all the same.
 func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error) {
 	body, err := b.chatBody(req)
 	if err != nil {
@@ -495,22 +497,39 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	return s, nil
 }
 
-// abandonWait bounds how long an abandoned request is kept open for the
-// runtime to finish reading its prompt.
-const abandonWait = 10 * time.Minute
+// abandonWait is how long an abandoned request is kept open for the
+// runtime to finish reading its prompt: its allowance for a first answer
+// (FirstByteTimeout) once more, and at least minAbandonWait, since a
+// prompt the caller stopped waiting for early may take that long to read.
+// Past it the runtime is stuck, not busy: Ollama (0.9.6 to 0.17.4 at
+// least) loses a parallel slot for good when a client leaves a stream at
+// the wrong moment (ollama/ollama#17131), and every later request of the
+// model then waits for a slot that never frees. Such a request must not be
+// held for long: it keeps the caller's slot, and on Ollama a reference to
+// the model's runner, and Ollama reloads a runner it finds broken only
+// once no request holds one.
+func (b *Backend) abandonWait() time.Duration {
+	return max(b.cfg.FirstByteTimeout, minAbandonWait)
+}
+
+// minAbandonWait is the least abandonWait.
+const minAbandonWait = time.Minute
 
 // abandon keeps the abandoned request s open until its first line (or an
 // error) arrives on first, at most abandonWait, then closes it; err, the
 // caller's answer, reports when.
 func (b *Backend) abandon(s *stream, first <-chan error, err error) error {
 	done := make(chan struct{})
+	wait := b.abandonWait()
 	go func() {
 		defer close(done)
-		t := time.NewTimer(abandonWait)
+		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
 		case <-first:
 		case <-t.C:
+			b.log.Warn("model runtime sent nothing for an abandoned request; closing it",
+				"runtime", b.base, "model", b.cfg.Model, "waited", wait)
 			// Give up: cancelling ends the read in flight.
 			s.cancel(context.DeadlineExceeded)
 			<-first

@@ -104,7 +104,12 @@ func (t *loopTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			bw.Reset(nil)
 			loopWriters.Put(bw)
 			return err
-		}, readResponse)
+		}, func(br *bufio.Reader) (*http.Response, error) {
+			// With the request, net/http knows an answer to HEAD has no
+			// body whatever its Content-Length says: without it the body
+			// would be waited for, and never come.
+			return http.ReadResponse(br, req)
+		})
 		if err == nil {
 			resp.Request = req
 			return resp, nil
@@ -128,9 +133,6 @@ func (t *loopTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 }
-
-// readResponse reads an answer's head with net/http.
-func readResponse(br *bufio.Reader) (*http.Response, error) { return http.ReadResponse(br, nil) }
 
 // dialHost is u's host:port.
 func dialHost(u *url.URL) string {

@@ -1,6 +1,7 @@
 package ollama
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 // connCounter counts the connections a test server accepts.
@@ -22,6 +24,70 @@ func connCounter(srv *httptest.Server) *atomic.Int64 {
 		}
 	}
 	return &n
+}
+
+// pipeRuntime makes lt dial in-memory connections (net.Pipe, on which a
+// synctest bubble can wait, where it cannot on a socket), each served by
+// serve in a goroutine of its own. It returns the count of connections
+// dialled.
+func pipeRuntime(lt *loopTransport, serve func(net.Conn)) *atomic.Int64 {
+	var n atomic.Int64
+	lt.dial = func(context.Context, string, string) (net.Conn, error) {
+		n.Add(1)
+		c, srv := net.Pipe()
+		go func() {
+			defer srv.Close()
+			serve(srv)
+		}()
+		return c, nil
+	}
+	return &n
+}
+
+// The answer to a HEAD request has no body, whatever its Content-Length
+// says (Ollama's HEAD / says 17): reading it ends at once, and the
+// connection carries the next request.
+func TestLoopTransportReadsNoBodyAfterHEAD(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lt := newLoopTransport(4)
+		dials := pipeRuntime(lt, func(c net.Conn) {
+			br := bufio.NewReader(c)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				head := "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 17\r\n\r\n"
+				if req.Method != http.MethodHead {
+					head += "Ollama is running"
+				}
+				if _, err := io.WriteString(c, head); err != nil {
+					return
+				}
+			}
+		})
+		hc := &http.Client{Transport: lt}
+		defer hc.CloseIdleConnections()
+		for _, method := range []string{http.MethodHead, http.MethodGet, http.MethodHead} {
+			req, _ := http.NewRequest(method, "http://127.0.0.1:11434/", nil)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", method, err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := "Ollama is running"
+			if method == http.MethodHead {
+				want = ""
+			}
+			if err != nil || string(b) != want {
+				t.Fatalf("%s: body %q, %v; want %q", method, b, err, want)
+			}
+		}
+		if n := dials.Load(); n != 1 {
+			t.Fatalf("3 requests took %d connections, want 1", n)
+		}
+	})
 }
 
 func TestLoopTransportReusesAConnectionReadToTheEnd(t *testing.T) {
