@@ -21,8 +21,9 @@ func profileWindow(sc Scenario) (wait time.Duration, seconds int) {
 
 // profileHearthd takes a CPU profile of hearthd from its metrics listener
 // while a scenario runs, then heap and goroutine snapshots (still under
-// load), and writes them to dir as <scenario>.cpu.pprof etc. (the heap
-// also as text, <scenario>.heap.txt, for its MemStats). The returned
+// load) and two seconds of its execution trace, and writes them to dir as
+// <scenario>.cpu.pprof etc. (the heap also as text, <scenario>.heap.txt,
+// for its MemStats; the trace <scenario>.trace.out). The returned
 // function waits for it and reports what failed.
 func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) func() error {
 	done := make(chan error, 1)
@@ -37,7 +38,12 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 		get := func(path, file string) error {
 			return fetchProfile(ctx, metricsURL+path, filepath.Join(dir, sc.Name+"."+file), time.Duration(secs)*time.Second+30*time.Second)
 		}
-		err := get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), "cpu.pprof")
+		// First two seconds of the execution trace: where a request waits
+		// (go tool trace -pprof=sched|net|sync FILE); then the CPU profile.
+		err := get("/debug/pprof/trace?seconds=2", "trace.out")
+		if err == nil {
+			err = get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(secs-2, 1)), "cpu.pprof")
+		}
 		if err == nil {
 			err = get("/debug/pprof/heap", "heap.pprof")
 		}
@@ -49,6 +55,7 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 		if err == nil {
 			err = get("/debug/pprof/goroutine", "goroutine.pprof")
 		}
+
 		done <- err
 	}()
 	return func() error { return <-done }
