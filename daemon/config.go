@@ -172,10 +172,10 @@ func ConfigLoader(c *Config) *config.Loader {
 		"Values are numbers, strings, booleans or arrays of them. Each source replaces the whole table.")
 
 	fs.StringVar(&c.OllamaURL, "ollama-url", c.OllamaURL, "Base URL of the model runtime (Ollama).")
-	fs.BoolVar(&c.OllamaStart, "ollama-start", c.OllamaStart, "Start and supervise ollama serve on ollama_url's host:port, instead of using one that is already running.")
+	fs.BoolVar(&c.OllamaStart, "ollama-start", c.OllamaStart, "Start and supervise ollama serve on ollama_url's host:port, instead of using one that is already running. It is restarted when it exits, and when it is found stuck.")
 	fs.StringVar(&c.OllamaBin, "ollama-bin", c.OllamaBin, "The ollama binary started when ollama_start is on (looked up in PATH unless a path).")
 	fs.StringVar(&c.OllamaModelsDir, "ollama-models-dir", c.OllamaModelsDir, "Models directory of the supervised runtime (OLLAMA_MODELS). Empty: models in state_dir.")
-	fs.DurationVar(&c.RuntimeTimeout, "runtime-timeout", c.RuntimeTimeout, "Longest wait for the runtime's first answer to a chat request; past it the client gets 504.")
+	fs.DurationVar(&c.RuntimeTimeout, "runtime-timeout", c.RuntimeTimeout, "Longest wait for the runtime's first answer to a chat request; past it the client gets 504. It also bounds when the runtime is taken for stuck rather than busy: no answer at all for 2 × it + max(it, 1m), with nothing of hearthd's ahead of the waiting requests (a supervised runtime is then restarted; docs/OPERATIONS.md).")
 
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "Generations that run at once. At least 1.")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "Requests that may wait for a generation slot; beyond that clients get 429. 0: no waiting.")

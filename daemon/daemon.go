@@ -62,6 +62,9 @@ type options struct {
 	// watchEvery is how often the runtime is checked for a lost model
 	// (default 3 s).
 	watchEvery time.Duration
+	// restartRuntime replaces the supervisor's Restart: the runtime is
+	// restarted when found stuck, as a supervised one is.
+	restartRuntime func(ctx context.Context, reason string) error
 }
 
 // node is one hearthd: what start-up built, in start-up order, and the
@@ -77,11 +80,15 @@ type node struct {
 	keys *apikeys.Keyring
 	m    *metrics.Node
 	rt   modelRuntime // the runtime of --model; ForModel gives the others
-	api  *deployapi.API
-	srv  *fasthttp.Server
-	ln   net.Listener
-	url  string // the deployment API's base URL, for the log
-	enf  *agent.Enforcer
+	// restartRuntime restarts a supervised runtime (--ollama-start) found
+	// stuck; stuck carries why to recoverRuntime, which calls it.
+	restartRuntime func(ctx context.Context, reason string) error
+	stuck          chan string
+	api            *deployapi.API
+	srv            *fasthttp.Server
+	ln             net.Listener
+	url            string // the deployment API's base URL, for the log
+	enf            *agent.Enforcer
 
 	// runtime converges the model served (models does the work); a
 	// restarted runtime starts empty, so it is told when the model is lost.
@@ -254,10 +261,18 @@ func (nd *node) openRuntime() error {
 			}
 		}
 		nd.group.add(component{name: "model runtime", phase: phaseRuntime, run: sup.Run})
+		nd.restartRuntime = sup.Restart
+	}
+	if nd.opts.restartRuntime != nil {
+		nd.restartRuntime = nd.opts.restartRuntime
+	}
+	if nd.restartRuntime != nil {
+		nd.stuck = make(chan string, 1)
+		nd.group.add(component{name: "runtime recovery", phase: phaseFront, run: nd.recoverRuntime})
 	}
 	newRuntime := nd.opts.runtime
 	if newRuntime == nil {
-		newRuntime = ollamaRuntime
+		newRuntime = nd.ollamaRuntime
 	}
 	rt, err := newRuntime(cfg, nd.log)
 	if err != nil {
@@ -270,13 +285,14 @@ func (nd *node) openRuntime() error {
 	return nil
 }
 
-func ollamaRuntime(cfg Config, log *slog.Logger) (modelRuntime, error) {
+func (nd *node) ollamaRuntime(cfg Config, log *slog.Logger) (modelRuntime, error) {
 	b, err := ollama.New(ollama.Config{
 		BaseURL:          cfg.OllamaURL,
 		Model:            cfg.Model,
 		FirstByteTimeout: cfg.RuntimeTimeout,
 		MaxConns:         cfg.MaxConcurrent + cfg.MaxQueue,
 		Logger:           log,
+		OnStuck:          nd.runtimeStuck,
 	})
 	if err != nil {
 		return nil, err

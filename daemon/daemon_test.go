@@ -139,6 +139,12 @@ func startNode(t *testing.T, extra ...func(*node) component) *testNode {
 // startNodeWith is startNode with the configuration changed by mod.
 func startNodeWith(t *testing.T, mod func(*Config), extra ...func(*node) component) *testNode {
 	t.Helper()
+	return startNodeOpts(t, mod, nil, extra...)
+}
+
+// startNodeOpts is startNodeWith with the options changed by modOpts.
+func startNodeOpts(t *testing.T, mod func(*Config), modOpts func(*options), extra ...func(*node) component) *testNode {
+	t.Helper()
 	dir := t.TempDir()
 	pub := "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGVgrKUnB2Bm+Ec7FNvhMjIjW1GiTqnPWhCrE5hyeWpL a@test"
 	desired := filepath.Join(dir, "desired.json")
@@ -164,6 +170,9 @@ func startNodeWith(t *testing.T, mod func(*Config), extra ...func(*node) compone
 			built <- nd
 			return component{name: "test probe", phase: phaseBack, run: func(ctx context.Context) error { <-ctx.Done(); return nil }}
 		}}, extra...),
+	}
+	if modOpts != nil {
+		modOpts(&opts)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.cancel = cancel
@@ -542,5 +551,75 @@ func TestNodeServesTheOrderedModelAndKeys(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "--model served again", func() bool { return tn.nd.api.Model() == "hearth-tiny" })
 	if err := tn.stop(); err != nil {
 		t.Fatalf("runNode: %v", err)
+	}
+}
+
+// A supervised runtime found stuck (the Ollama backend's OnStuck) is
+// restarted: the deployment is out of service meanwhile (/readyz false,
+// chat 503, as while the model first loads), the model is loaded again,
+// and it serves again; both counters count it. A runtime hearthd does not
+// supervise is left to the backend to report.
+func TestNodeRestartsAStuckRuntime(t *testing.T) {
+	restarting := make(chan string, 1)
+	release := make(chan struct{})
+	tn := startNodeOpts(t, nil, func(o *options) {
+		o.restartRuntime = func(ctx context.Context, reason string) error {
+			restarting <- reason
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	close(tn.rt.streamOpen)
+	close(tn.rt.warmOpen)
+	tn.waitFor(t, "READY=1")
+	key, _, err := tn.nd.keys.Create("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := tn.chatStatus(t, key, "hearth-tiny"); code != 200 {
+		t.Fatalf("chat before: %d", code)
+	}
+	warms := tn.rt.warms.Load()
+
+	if !tn.nd.runtimeStuck("test: stuck") {
+		t.Fatal("runtimeStuck = false for a supervised runtime")
+	}
+	if reason := <-restarting; reason != "test: stuck" {
+		t.Fatalf("restarted for %q", reason)
+	}
+	if code, body := tn.get(t, "/readyz"); code != 503 || !strings.Contains(body, "model is loading") {
+		t.Fatalf("readyz while restarting: %d %s", code, body)
+	}
+	if code := tn.chatStatus(t, key, "hearth-tiny"); code != 503 {
+		t.Fatalf("chat while restarting: %d, want 503", code)
+	}
+	tn.waitFor(t, "STATUS=restarting the stuck model runtime")
+
+	close(release)
+	testutil.WaitFor(t, 10*time.Second, "ready again", func() bool { code, _ := tn.get(t, "/readyz"); return code == 200 })
+	if tn.rt.warms.Load() <= warms {
+		t.Fatal("ready again without loading the model again")
+	}
+	if code := tn.chatStatus(t, key, "hearth-tiny"); code != 200 {
+		t.Fatalf("chat after: %d", code)
+	}
+	for _, name := range []string{"hearth_runtime_stuck_total", "hearth_runtime_restarts_total"} {
+		if v := counterValue(t, tn.nd.m, name); v != 1 {
+			t.Fatalf("%s = %v, want 1", name, v)
+		}
+	}
+
+	unsupervised := startNode(t)
+	close(unsupervised.rt.warmOpen)
+	unsupervised.waitFor(t, "READY=1")
+	if unsupervised.nd.runtimeStuck("test: stuck") {
+		t.Fatal("runtimeStuck = true for a runtime hearthd does not supervise")
+	}
+	if v := counterValue(t, unsupervised.nd.m, "hearth_runtime_stuck_total"); v != 1 {
+		t.Fatalf("hearth_runtime_stuck_total = %v, want 1", v)
 	}
 }

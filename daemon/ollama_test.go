@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,9 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/tinymodel"
 	"github.com/hearthd/hearth/systemd"
 )
@@ -59,7 +63,8 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- runNode(ctx, cfg, "test", slog.New(slog.DiscardHandler), notify, opts) }()
+	var logs syncBuffer
+	go func() { done <- runNode(ctx, cfg, "test", slog.New(slog.NewTextHandler(&logs, nil)), notify, opts) }()
 	nd := <-built
 	if err := notify.WaitFor(t.Context(), "READY=1"); err != nil {
 		t.Fatalf("READY=1: %v (sent %q)", err, notify.Messages())
@@ -69,23 +74,47 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest("POST", "http://"+nd.ln.Addr().String()+"/api/v1/chat/completions",
-		strings.NewReader(`{"model":"daemon-tiny","messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Authorization", "Bearer "+secret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out struct {
-		Usage struct {
-			CompletionTokens int `json:"completion_tokens"`
+	chat := func(when string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", "http://"+nd.ln.Addr().String()+"/api/v1/chat/completions",
+			strings.NewReader(`{"model":"daemon-tiny","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Usage struct {
+				CompletionTokens int `json:"completion_tokens"`
+			}
+		}
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || out.Usage.CompletionTokens != 4 {
+			t.Fatalf("chat %s: %d %+v %v", when, resp.StatusCode, out, err)
 		}
 	}
-	err = json.NewDecoder(resp.Body).Decode(&out)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || out.Usage.CompletionTokens != 4 {
-		t.Fatalf("chat: %d %+v %v", resp.StatusCode, out, err)
+	chat("once ready")
+
+	// Found stuck (as the backend finds it: ollama.Config.OnStuck), the
+	// supervised `ollama serve` is replaced, the model loaded again, and
+	// the deployment serves again.
+	if !nd.runtimeStuck("test: stuck") {
+		t.Fatal("runtimeStuck = false with --ollama-start")
 	}
+	testutil.WaitFor(t, time.Minute, "the model loaded again after the restart", func() bool {
+		return strings.Count(logs.String(), `msg="model loaded" model=daemon-tiny seconds=`) >= 2 && nd.api.Warm()
+	})
+	for _, want := range []string{`msg="model runtime is stuck; restarting it" reason="test: stuck"`,
+		`msg="restarting ollama serve"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), `msg="ollama serve started"`); n != 2 {
+		t.Fatalf("ollama serve started %d times, want 2", n)
+	}
+	chat("after the restart")
 	http.DefaultClient.CloseIdleConnections()
 
 	cancel()
@@ -97,4 +126,22 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 		c.Close()
 		t.Fatal(fmt.Sprintf("ollama still listens on %s after hearthd stopped", ollamaAddr))
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

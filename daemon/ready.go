@@ -2,8 +2,11 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/hearthd/hearth/llm/ollama"
 )
 
 // enforcementWait caps how long READY=1 waits for the desired state to be
@@ -61,9 +64,55 @@ func (nd *node) watchRuntime(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := nd.api.Healthy(rctx)
 		cancel()
-		if err != nil {
+		// A stuck runtime has the model loaded; loading it again would
+		// not help (see recoverRuntime).
+		if err != nil && !errors.Is(err, ollama.ErrStuck) {
 			nd.runtime.Lost()
 		}
+	}
+}
+
+// runtimeStuck is the Ollama backend's OnStuck: the runtime takes
+// generations and answers none (ollama/ollama#17131 leaves it so). A
+// supervised one is restarted by recoverRuntime; the backend reports
+// another (readiness false, an error in the log), since hearthd cannot
+// restart it.
+func (nd *node) runtimeStuck(reason string) (restarting bool) {
+	nd.m.RuntimeStuck()
+	if nd.stuck == nil {
+		return false
+	}
+	select {
+	case nd.stuck <- reason:
+	default: // a restart is asked for already
+	}
+	return true
+}
+
+// recoverRuntime restarts the supervised `ollama serve` each time it is
+// found stuck. Killing the model runner would not do: the lost slot is the
+// server's. Meanwhile the deployment is out of service as while the model
+// first loads (/readyz false, requests 503); the runtime concern loads the
+// model again, which puts it back in service (modelServer.Serve).
+func (nd *node) recoverRuntime(ctx context.Context) error {
+	for {
+		var reason string
+		select {
+		case <-ctx.Done():
+			return nil
+		case reason = <-nd.stuck:
+		}
+		nd.log.Warn("model runtime is stuck; restarting it", "reason", reason, "runtime", nd.cfg.OllamaURL)
+		nd.m.RuntimeRestarted()
+		nd.api.SetWarm(false)
+		nd.status("restarting the stuck model runtime")
+		if err := nd.restartRuntime(ctx, reason); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			nd.log.Error("restart the stuck model runtime", "err", err)
+		}
+		nd.runtime.Lost()
 	}
 }
 

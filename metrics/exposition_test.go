@@ -64,6 +64,7 @@ func scriptedNode() *Node {
 	n.RegisterQueueDepth(func() int { return 3 })
 	n.RegisterRuntimeUp(func() bool { return true })
 	n.RuntimeRestarted()
+	n.RuntimeStuck()
 	n.SetModelLoadDuration(2250 * time.Millisecond)
 	n.RegisterFirewall(func() FirewallStats {
 		return FirewallStats{Applies: 3, ApplyFailures: 1, DriftRepairs: 1, Rules: 4,

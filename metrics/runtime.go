@@ -9,6 +9,7 @@ import (
 type runtimeMetrics struct {
 	up        *funcGauge
 	restarts  prometheus.Counter
+	stuck     prometheus.Counter
 	modelLoad prometheus.Gauge
 }
 
@@ -20,6 +21,10 @@ func newRuntimeMetrics() *runtimeMetrics {
 			Name: "hearth_runtime_restarts_total",
 			Help: "Times the model runtime process was restarted by hearthd.",
 		}),
+		stuck: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_runtime_stuck_total",
+			Help: "Times the model runtime was found stuck: taking generations and answering none. A supervised one is restarted (and counted in hearth_runtime_restarts_total).",
+		}),
 		modelLoad: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "hearth_model_load_duration_seconds",
 			Help: "Time the last load of the deployment's model took.",
@@ -28,7 +33,7 @@ func newRuntimeMetrics() *runtimeMetrics {
 }
 
 func (m *runtimeMetrics) register(reg prometheus.Registerer) {
-	reg.MustRegister(m.up, m.restarts, m.modelLoad)
+	reg.MustRegister(m.up, m.restarts, m.stuck, m.modelLoad)
 }
 
 // RegisterRuntimeUp sets the function read at each scrape for
@@ -49,6 +54,9 @@ func (n *Node) RegisterRuntimeUp(f func() bool) {
 
 // RuntimeRestarted counts one restart of the model runtime.
 func (n *Node) RuntimeRestarted() { n.rt.restarts.Inc() }
+
+// RuntimeStuck counts one time the model runtime was found stuck.
+func (n *Node) RuntimeStuck() { n.rt.stuck.Inc() }
 
 // SetModelLoadDuration records how long the last model load took.
 func (n *Node) SetModelLoadDuration(d time.Duration) { n.rt.modelLoad.Set(d.Seconds()) }

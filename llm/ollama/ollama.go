@@ -53,6 +53,12 @@ type Config struct {
 	// the deployment has been that busy. Zero means DefaultMaxConns. It
 	// does not apply to HTTPClient.
 	MaxConns int
+	// OnStuck, if set, is called when the runtime looks stuck rather than
+	// busy (see stallWatch), and reports whether the runtime is being
+	// restarted (hearthd restarts the `ollama serve` it supervises).
+	// Otherwise (or unset) the backend logs an error and Ready fails with
+	// ErrStuck until the runtime answers again. It must not block.
+	OnStuck func(reason string) (restarting bool)
 }
 
 // DefaultMaxConns is the idle connection pool size when Config.MaxConns is
@@ -96,6 +102,8 @@ type Backend struct {
 	chatTo, genTo *loopTarget
 	api           *api.Client
 	log           *slog.Logger
+	// watch is shared with the backends WithModel returns: one runtime.
+	watch *stallWatch
 }
 
 // New returns a Backend for cfg.
@@ -142,6 +150,7 @@ func New(cfg Config) (*Backend, error) {
 		api:     api.NewClient(u, hc),
 		log:     log,
 	}
+	b.watch = newStallWatch(cfg.FirstByteTimeout, b.abandonWait(), cfg.OnStuck, log.With("runtime", base))
 	if lt != nil {
 		if b.chatTo, err = newLoopTarget(b.chatURL); err == nil {
 			b.genTo, err = newLoopTarget(b.genURL)
@@ -371,8 +380,14 @@ func (b *Backend) embeddingOnly(ctx context.Context) bool {
 	return l.Capabilities != nil && l.Can("embedding") && !l.Can("completion")
 }
 
-// Ready implements llm.Runtime: Ollama answers and has the model loaded.
+// Ready implements llm.Runtime: Ollama answers and has the model loaded,
+// and is not reported stuck (ErrStuck; a probe in the background asks it
+// for a token then, and its answer ends the report).
 func (b *Backend) Ready(ctx context.Context) error {
+	if b.watch.isStuck() {
+		b.watch.probe(b)
+		return fmt.Errorf("%w: %w: it has not started answering generations that nothing else was in front of; restart it", llm.ErrUnavailable, ErrStuck)
+	}
 	ps, err := b.api.ListRunning(ctx)
 	if err != nil {
 		return b.apiError("list running models", err)
@@ -438,7 +453,8 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 		hreq.Header.Set("Accept", "application/x-ndjson")
 		send = func() (*http.Response, error) { return b.hc.Do(hreq) }
 	}
-	s := &stream{ctx: rctx, cancel: cancel, b: b}
+	g := b.watch.sent(time.Now())
+	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
 
 	// first reads the answer's first line; it sends its result once.
 	first := make(chan error, 1)
@@ -450,6 +466,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 		}
 		s.lines = linesOf(resp.Body)
 		if resp.StatusCode != http.StatusOK {
+			b.watch.answered(g)
 			first <- b.statusError(resp)
 			return
 		}
@@ -467,6 +484,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 			first <- b.unreachable(err)
 			return
 		}
+		b.watch.answered(g)
 		first <- nil
 	}()
 
@@ -485,6 +503,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	case <-ctx.Done():
 		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
 	case <-timeout:
+		b.watch.waited(g, time.Now())
 		return nil, b.abandon(s, first, fmt.Errorf("%w: model runtime at %s sent nothing within %s", llm.ErrTimeout, b.base, b.cfg.FirstByteTimeout))
 	}
 	if err := s.decode(&s.line); err != nil {
@@ -530,6 +549,7 @@ func (b *Backend) abandon(s *stream, first <-chan error, err error) error {
 		case <-t.C:
 			b.log.Warn("model runtime sent nothing for an abandoned request; closing it",
 				"runtime", b.base, "model", b.cfg.Model, "waited", wait)
+			b.watch.waited(s.track, time.Now())
 			// Give up: cancelling ends the read in flight.
 			s.cancel(context.DeadlineExceeded)
 			<-first

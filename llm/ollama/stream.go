@@ -35,6 +35,9 @@ type stream struct {
 
 	stopAfter func() bool // unregisters the caller's cancellation hook
 
+	watch *stallWatch // told when the request closes
+	track *genTrack
+
 	toolCalls bool // tool calls seen; the finish reason is tool_calls
 	done      bool // final event decoded
 	err       error
@@ -382,6 +385,9 @@ func (s *stream) Close() error {
 		s.cancel(context.Canceled)
 		if s.lines != nil {
 			s.lines.Close()
+		}
+		if s.watch != nil {
+			s.watch.closed(s.track)
 		}
 	})
 	return nil

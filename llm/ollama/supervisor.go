@@ -51,8 +51,10 @@ type Supervisor struct {
 	// is killed (default 10s).
 	StopGrace time.Duration
 
-	mu  sync.Mutex
-	pid int
+	mu      sync.Mutex
+	pid     int
+	restart chan string   // Restart's request: the reason
+	started chan struct{} // closed when the next process has started
 }
 
 // URL returns the base URL ollama serve listens on.
@@ -68,8 +70,53 @@ func (s *Supervisor) PID() int {
 func (s *Supervisor) setPID(pid int) {
 	s.mu.Lock()
 	s.pid = pid
+	if pid != 0 {
+		close(s.nextStart())
+		s.started = nil
+	}
 	s.mu.Unlock()
 }
+
+// nextStart returns the channel closed when the next process has started;
+// mu is held.
+func (s *Supervisor) nextStart() chan struct{} {
+	if s.started == nil {
+		s.started = make(chan struct{})
+	}
+	return s.started
+}
+
+func (s *Supervisor) restarts() chan string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.restart == nil {
+		s.restart = make(chan string, 1)
+	}
+	return s.restart
+}
+
+// Restart replaces the running ollama serve with a new one, for reason
+// (logged): the way out of a runtime that is stuck rather than dead. It
+// returns once the new one answers HTTP, or ctx ended. The restart does
+// not count as an exit (OnExit) and waits no backoff.
+func (s *Supervisor) Restart(ctx context.Context, reason string) error {
+	s.mu.Lock()
+	started := s.nextStart()
+	s.mu.Unlock()
+	select {
+	case s.restarts() <- reason:
+	default: // one is asked for already
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		return fmt.Errorf("ollama supervisor: restart: %w", ctx.Err())
+	}
+	return s.WaitReachable(ctx)
+}
+
+// errRestarted is runOnce's answer when Restart stopped the process.
+var errRestarted = errors.New("restarted on request")
 
 func durationOr(d, def time.Duration) time.Duration {
 	if d > 0 {
@@ -115,6 +162,9 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		err := s.runOnce(ctx, bin)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, errRestarted) {
+			continue
 		}
 		if err == nil {
 			err = errors.New("exited")
@@ -190,6 +240,10 @@ func (s *Supervisor) runOnce(ctx context.Context, bin string) error {
 	}
 	pid := cmd.Process.Pid
 	s.setPID(pid)
+	select {
+	case <-s.restarts(): // asked for while none ran: this start is it
+	default:
+	}
 	log := s.logger()
 	log.Info("ollama serve started", "pid", pid, "addr", s.Addr)
 
@@ -204,19 +258,15 @@ func (s *Supervisor) runOnce(ctx context.Context, bin string) error {
 	go func() { exited <- cmd.Wait() }()
 
 	var werr error
+	restarted := false
 	select {
 	case werr = <-exited:
 	case <-ctx.Done():
-		_ = syscall.Kill(-pid, syscall.SIGTERM)
-		t := time.NewTimer(durationOr(s.StopGrace, 10*time.Second))
-		select {
-		case werr = <-exited:
-			t.Stop()
-		case <-t.C:
-			log.Warn("ollama serve did not stop in time; killing it", "pid", pid)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			werr = <-exited
-		}
+		werr = s.stop(pid, exited)
+	case reason := <-s.restarts():
+		log.Warn("restarting ollama serve", "pid", pid, "reason", reason)
+		werr = s.stop(pid, exited)
+		restarted = true
 	}
 	// Runners left behind by a crashed server would hold memory and the
 	// output pipe; the group dies with its leader.
@@ -224,7 +274,26 @@ func (s *Supervisor) runOnce(ctx context.Context, bin string) error {
 	s.setPID(0)
 	<-copied
 	log.Info("ollama serve exited", "pid", pid, "status", fmt.Sprint(werr))
+	if restarted {
+		return errRestarted
+	}
 	return werr
+}
+
+// stop ends the process group of pid: SIGTERM (ollama stops its runners),
+// then SIGKILL after StopGrace. exited reports the leader's exit.
+func (s *Supervisor) stop(pid int, exited <-chan error) error {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	t := time.NewTimer(durationOr(s.StopGrace, 10*time.Second))
+	defer t.Stop()
+	select {
+	case err := <-exited:
+		return err
+	case <-t.C:
+		s.logger().Warn("ollama serve did not stop in time; killing it", "pid", pid)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		return <-exited
+	}
 }
 
 // logLines logs each line ollama prints. Per-request access lines go to

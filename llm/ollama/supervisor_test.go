@@ -107,7 +107,33 @@ func testSupervisorRestartsAndStops(t *testing.T, v ollamatest.Version) {
 		t.Fatalf("after the restart: %+v", final)
 	}
 
+	// Restart (a stuck runtime's way out) replaces the server and its
+	// runner at once, without counting as an exit or waiting a backoff,
+	// and returns once the new one answers.
+	before := sup.PID()
+	if err := sup.Restart(wctx, "test: stuck"); err != nil {
+		t.Fatalf("Restart = %v", err)
+	}
 	second := sup.PID()
+	if second == 0 || second == before {
+		t.Fatalf("PID after Restart = %d, before %d", second, before)
+	}
+	if exits.Load() != 1 {
+		t.Fatalf("OnExit called %d times after Restart, want 1 still", exits.Load())
+	}
+	testutil.WaitFor(t, 10*time.Second, "the replaced server's group to go", func() bool {
+		return syscall.Kill(-before, 0) != nil
+	})
+	if err := b.EnsureModel(wctx, ModelSource{}); err != nil {
+		t.Fatalf("model lost across Restart: %v", err)
+	}
+	if _, err := b.Warm(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, final := generate(t, b, llm.Options{MaxTokens: ptr(5)}); final.CompletionTokens != 5 {
+		t.Fatalf("after Restart: %+v", final)
+	}
+
 	cancel()
 	select {
 	case err := <-runErr:
