@@ -53,11 +53,13 @@ func newLoopTransport(maxIdle int) *loopTransport {
 
 // loopReadBufferSize is a connection's read buffer, the one buffer a
 // stream holds on the runtime's side. A token line is ~130 bytes with its
-// chunk framing, so a burst of half a dozen tokens is read with one read
-// and relayed with one write (stream.Buffered), and its SSE encoding fits
-// fasthttp's 2 KiB write buffer; a longer line is assembled in
-// loopBody.long.
-const loopReadBufferSize = 1 << 10
+// chunk framing: a runtime that is ahead of the relay (hearthd busy, or a
+// runtime writing in bursts) has a burst of ~30 tokens read with one read
+// and relayed with one write (stream.Buffered); a longer line is assembled
+// in loopBody.long. 1 KiB (6 tokens a read) cost streams that fall behind
+// 1.6-2x the CPU per token and a third of their throughput, for 3 KiB a
+// stream less (BENCHMARKS.md, "Streams written on the connection").
+const loopReadBufferSize = 4 << 10
 
 // loopConn is one connection with its read buffer.
 type loopConn struct {
