@@ -109,6 +109,7 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 				s.internal(w, rc, err)
 				return
 			}
+			defer unlock() //nolint:errcheck // a no-op once the success path below has called it
 			if lag {
 				// The token as of the lock: one revoked before it no
 				// longer changes anything.
@@ -121,7 +122,6 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 					return
 				}
 			}
-			defer unlock() //nolint:errcheck // a no-op once the success path below has called it
 		}
 		rc.now = s.now()
 
