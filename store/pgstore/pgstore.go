@@ -769,14 +769,27 @@ func (sec *section) take() *pgxpool.Conn {
 func (s *Store) Lock(ctx context.Context, read ...string) (store.KV, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, s.op)
 	defer cancel()
-	conn, err := s.writers.Acquire(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
-	}
-	sec := &section{s: s, conn: conn, read: make(map[string][]byte, len(read))}
-	if err := sec.begin(ctx, read); err != nil {
-		conn.Release() // inside a failed transaction: the pool closes it
-		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+	var sec *section
+	// A connection the database closed while it sat idle (a database
+	// restarted since) fails at its first use; the writers, unlike the
+	// reads, may go unused through an outage, so each of the pool's idle
+	// connections may be such a one. Taking the lock commits nothing, so
+	// it is simply tried again on another.
+	for try := 0; ; try++ {
+		conn, err := s.writers.Acquire(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+		}
+		sec = &section{s: s, conn: conn, read: make(map[string][]byte, len(read))}
+		err = sec.begin(ctx, read)
+		if err == nil {
+			break
+		}
+		dead := conn.Conn().IsClosed()
+		conn.Release() // inside a failed transaction or closed: the pool drops it
+		if !dead || try == writerConns || ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+		}
 	}
 	unlock := func() {
 		if conn := sec.take(); conn != nil {

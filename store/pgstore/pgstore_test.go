@@ -624,3 +624,39 @@ func TestWriterLockTakesNoReadConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterLockAfterRestart: the writer connections left idle through a
+// database restart (the database closed them) cost the first change after
+// it nothing: the lock is taken on a live connection at once.
+func TestWriterLockAfterRestart(t *testing.T) {
+	srv := pgtest.Start(t)
+	st := open(t, srv.NewDatabase(t))
+	// Every writer connection in use at once, so the pool keeps several.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := st.Put(fmt.Sprintf("k%d", i), i); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	w, unlock, err := st.Lock(context.Background(), "k0")
+	if err != nil {
+		t.Fatalf("first lock after a restart: %v", err)
+	}
+	var v int
+	err = w.Get("k0", &v)
+	unlock()
+	if err != nil || v != 0 {
+		t.Fatalf("read with the lock after a restart: %d, %v", v, err)
+	}
+}
