@@ -112,3 +112,6 @@ func (b countingBatch) Commit() error {
 
 // TokenKey is the store key of the API token whose secret is token.
 func TokenKey(token string) string { return pfxAPIToken + hashSecret(token) }
+
+// SeenChunk is how many nodes' seen records one change of the sweep writes.
+const SeenChunk = seenChunk
