@@ -58,13 +58,30 @@ const maxIdempotencyKeyLen = 255
 // serialisation of changes, Idempotency-Key handling, and the commit of the
 // handler's change before the answer is written, so nothing answered 2xx
 // can be lost.
-func (s *Server) api(h apiFunc) http.HandlerFunc {
+func (s *Server) api(h apiFunc) http.HandlerFunc { return s.apiWarm(h, nil) }
+
+// warmFunc reads, before a change takes the lock, records its handler
+// will read under it (body is the request body, which the handler reads
+// again). On a shared database a read under the lock of a record the
+// replica's cache holds costs nothing, and one it does not costs a round
+// trip that every other change waits for; read here, in the request's own
+// time, the record is in the cache when the handler asks, still checked
+// strongly then (the cache answers only what it proves current). Errors
+// are ignored: the handler reads again and reports them.
+type warmFunc func(rc *reqCtx, body []byte)
+
+// apiWarm is api with warm run before the change lock is taken, on a
+// shared database only (elsewhere a read costs no round trip).
+func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := s.gate(w, r)
+		write := r.Method != http.MethodGet && r.Method != http.MethodHead
+		// A change's token is checked strongly under the lock (below).
+		lag := write && s.shared != nil
+		tok, ok := s.gate(w, r, lag)
 		if !ok {
 			return
 		}
-		if tok.Scope != ScopeReadWrite && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if tok.Scope != ScopeReadWrite && write {
 			writeError(w, &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "this API token is read-only: it may only read (GET) its project"})
 			return
@@ -78,13 +95,33 @@ func (s *Server) api(h apiFunc) http.HandlerFunc {
 			writeError(w, ierr)
 			return
 		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		if write {
+			if s.shared != nil {
+				if idemKey != "" {
+					_, _ = s.st.Has(pfxIdempotency + tok.ID + "/" + idemKey)
+				}
+				if warm != nil {
+					warm(rc, peekBody(r))
+				}
+			}
 			var err error
 			if unlock, err = s.lock(r.Context()); err != nil {
 				s.internal(w, rc, err)
 				return
 			}
 			defer unlock() //nolint:errcheck // a no-op once the success path below has called it
+			if lag {
+				// The token as of the lock: one revoked before it no
+				// longer changes anything.
+				cur, aerr := s.authenticate(r, false)
+				if aerr == nil && (cur.ID != tok.ID || cur.Project != tok.Project || cur.Scope != tok.Scope) {
+					aerr = errUnauthorized
+				}
+				if aerr != nil {
+					writeError(w, aerr)
+					return
+				}
+			}
 		}
 		rc.now = s.now()
 
@@ -242,13 +279,25 @@ func bearer(r *http.Request) string {
 var errUnauthorized = &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized,
 	message: "missing or invalid API token; send Authorization: Bearer <token>"}
 
-func (s *Server) authenticate(r *http.Request) (tokenRec, *apiError) {
+// authenticate finds the request's API token. With lag it may take a
+// record the cache held a moment ago (store.Lagging), if that one is
+// valid: a change reads it again, strongly, under the change lock (api),
+// where the cache answers it at no cost. A token not found that way is
+// read strongly, so one just created through another replica works at
+// once.
+func (s *Server) authenticate(r *http.Request, lag bool) (tokenRec, *apiError) {
 	cred := bearer(r)
 	if !strings.HasPrefix(cred, secretAPIToken) {
 		return tokenRec{}, errUnauthorized
 	}
 	h := hashSecret(cred)
 	var tok tokenRec
+	if lag {
+		if err := store.Lagging(s.st).Get(pfxAPIToken+h, &tok); err == nil && hashesEqual(tok.Hash, h) && tok.Project != "" {
+			return tok, nil
+		}
+		tok = tokenRec{}
+	}
 	if err := s.st.Get(pfxAPIToken+h, &tok); err != nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			s.log.Error("look up API token", "err", err)
@@ -267,8 +316,8 @@ func (s *Server) authenticate(r *http.Request) (tokenRec, *apiError) {
 // gate lets a management request in: a valid token, with a request left in
 // its bucket. Every answer it lets through, and its 429, carries the
 // bucket's RateLimit-* headers; on refusal it has written the answer.
-func (s *Server) gate(w http.ResponseWriter, r *http.Request) (tokenRec, bool) {
-	tok, aerr := s.authenticate(r)
+func (s *Server) gate(w http.ResponseWriter, r *http.Request, lag bool) (tokenRec, bool) {
+	tok, aerr := s.authenticate(r, lag)
 	if aerr != nil {
 		writeError(w, aerr)
 		return tok, false
@@ -354,3 +403,18 @@ func (s *Server) forgetToken(id string) {
 	delete(s.tokUsed, id)
 	s.tokMu.Unlock()
 }
+
+// peekBody reads r's body and puts it back for the handler to read again,
+// with the same error (a body over the limit) after it.
+func peekBody(r *http.Request) []byte {
+	body, err := io.ReadAll(r.Body)
+	if err == nil {
+		err = io.EOF
+	}
+	r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errReader{err}))
+	return body
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }

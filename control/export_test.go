@@ -109,3 +109,9 @@ func (b countingBatch) Commit() error {
 	}
 	return b.Batch.Commit()
 }
+
+// TokenKey is the store key of the API token whose secret is token.
+func TokenKey(token string) string { return pfxAPIToken + hashSecret(token) }
+
+// SeenChunk is how many nodes' seen records one change of the sweep writes.
+const SeenChunk = seenChunk

@@ -513,3 +513,29 @@ func TestDeleteWithSilentNode(t *testing.T) {
 	}
 	e.req("POST", "/v1/servers", serverBody("gone")).must(t, 201)
 }
+
+// TestSeenTimesPersistedInChunks: when more nodes are due than one change
+// of the sweep writes, one sweep still persists every node's time (in
+// several changes).
+func TestSeenTimesPersistedInChunks(t *testing.T) {
+	e, clk := newClockEnv(t, nil)
+	var nodes []node
+	for range 2*control.SeenChunk + 1 {
+		nodes = append(nodes, e.enroll(hwM4))
+	}
+	clk.add(time.Minute)
+	for _, n := range nodes {
+		n.desired(t, 0)
+	}
+	e.sweep()
+	want := clk.now()
+	got, err := control.ListNodes(e.st)
+	if err != nil || len(got) != len(nodes) {
+		t.Fatalf("ListNodes = %d nodes, %v; want %d", len(got), err, len(nodes))
+	}
+	for _, n := range got {
+		if !n.LastSeen.Equal(want) {
+			t.Fatalf("node %s: stored last seen %v after the sweep, want %v", n.ID, n.LastSeen, want)
+		}
+	}
+}

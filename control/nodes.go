@@ -236,8 +236,16 @@ func (s *Server) nodeDesired(w http.ResponseWriter, r *http.Request) {
 // revision is not after (the node has it already). The node record is read
 // first, so the rest is never older than the revision it is sent with.
 func (s *Server) desired(rd store.KV, nodeID string, after uint64) (d nodeapi.Desired, changed bool, _ error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	// On an embedded store the reads take the change lock shared, so none
+	// falls between a change's writes. On a shared database other
+	// replicas commit between them anyway (and a lagging read is as of a
+	// moment ago), which the order of reads below already allows for;
+	// there the lock would only make every change wait for the round trips
+	// of the long-polls in flight.
+	if s.shared == nil {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+	}
 	var n nodeRec
 	if err := rd.Get(pfxNode+nodeID, &n); err != nil {
 		return d, false, fmt.Errorf("load node %s: %w", nodeID, err)

@@ -242,3 +242,52 @@ func TestLaggingReadNeverRollsANodeBack(t *testing.T) {
 		t.Fatalf("long-poll after revision %d answered revision %d: a lagging read rolled the node back", rec.Revision, got.Revision)
 	}
 }
+
+// staleShared is staleStore on a shared database, so the control plane
+// reads through it as a replica does.
+type staleShared struct{ *staleStore }
+
+func (s staleShared) Lock(ctx context.Context, read ...string) (store.KV, func(), error) {
+	return s.KV.(store.Shared).Lock(ctx, read...)
+}
+
+func (s staleShared) Listen(ctx context.Context, fn func(payload string)) error {
+	return s.KV.(store.Shared).Listen(ctx, fn)
+}
+
+// TestRevokedTokenChangesNothing: a change sent with a token revoked a
+// moment before is refused even while the replica's cache still holds the
+// token (its invalidation on the way): a change's token, first read from
+// the cache, is read again under the change lock.
+func TestRevokedTokenChangesNothing(t *testing.T) {
+	st := &staleStore{}
+	e := newEnvWith(t, nil, true, "")
+	e.wrap = func(kv store.KV) store.KV { st.KV = kv; return staleShared{st} }
+	e.restart()
+	nt, err := control.CreateAPIToken(e.st, "doomed", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := newKey(t, "ed25519")
+	e.reqAs(nt.Token, "POST", "/v1/ssh-keys", map[string]any{"name": "first", "public_key": pub}).must(t, 201)
+	st.mu.Lock()
+	st.key = control.TokenKey(nt.Token)
+	if err := e.st.Get(st.key, &st.stale); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Unlock()
+	if err := control.RevokeToken(e.st, nt.ID); err != nil {
+		t.Fatal(err)
+	}
+	pub2, _ := newKey(t, "ed25519")
+	e.reqAs(nt.Token, "POST", "/v1/ssh-keys", map[string]any{"name": "second", "public_key": pub2}).
+		wantErr(t, 401, control.CodeUnauthorized, "")
+	e.reqAs(nt.Token, "GET", "/v1/ssh-keys", nil).wantErr(t, 401, control.CodeUnauthorized, "")
+	// The refused change let the lock go: the next one goes through.
+	e.req("POST", "/v1/ssh-keys", map[string]any{"name": "second", "public_key": pub2}).must(t, 201)
+	var keys struct{ Data []json.RawMessage }
+	e.req("GET", "/v1/ssh-keys", nil).must(t, 200).decode(t, &keys)
+	if len(keys.Data) != 2 {
+		t.Fatalf("%d SSH keys, want 2 (none by the revoked token)", len(keys.Data))
+	}
+}

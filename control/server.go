@@ -85,8 +85,9 @@ type Server struct {
 
 	// mu serialises every change: a change reads, decides and commits one
 	// batch while holding it, so concurrent requests never both take the
-	// same node, name or fingerprint. Desired-state reads take it shared so
-	// that a node sees one consistent revision.
+	// same node, name or fingerprint. Desired-state reads on an embedded
+	// store take it shared so that a node sees one consistent revision
+	// (desired).
 	mu  sync.RWMutex
 	rev uint64 // last committed global revision
 	// w is the store changes write through while mu is held: st itself,
@@ -560,7 +561,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	route("/v1/servers", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listServers),
-		"POST": s.api(s.createServer),
+		"POST": s.apiWarm(s.createServer, s.warmCreateServer),
 	})
 	route("/v1/servers/{id}", map[string]http.HandlerFunc{
 		"GET":    s.api(s.getServer),
@@ -614,7 +615,7 @@ func (s *Server) gateManaged(w http.ResponseWriter, r *http.Request) bool {
 	if !strings.HasPrefix(p, "/v1/") || strings.HasPrefix(p, "/v1/nodes/") || p == "/v1/openapi.json" {
 		return true
 	}
-	_, ok := s.gate(w, r)
+	_, ok := s.gate(w, r, false)
 	return ok
 }
 

@@ -146,6 +146,29 @@ func validateServer(req *createServerReq) *apiError {
 	return nil
 }
 
+// maxWarmKeys bounds the SSH keys a create reads before the lock.
+const maxWarmKeys = 8
+
+// warmCreateServer reads what createServer checks under the lock: the
+// name's index entry (absent for a new name, which no cache knows
+// without a read) and the SSH keys named.
+func (s *Server) warmCreateServer(rc *reqCtx, body []byte) {
+	var req struct {
+		Name      string   `json:"name"`
+		SSHKeyIDs []string `json:"ssh_key_ids"`
+	}
+	if json.Unmarshal(body, &req) != nil || !namePattern.MatchString(req.Name) {
+		return
+	}
+	_, _ = s.st.Has(rc.pk.serverName(req.Name))
+	for i, id := range req.SSHKeyIDs {
+		if i == maxWarmKeys || !validID(id, prefixSSHKey) {
+			break
+		}
+		_, _ = s.st.Has(rc.pk.sshKey(id))
+	}
+}
+
 func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	var req createServerReq
 	if e := decodeJSON(r, &req); e != nil {

@@ -34,6 +34,9 @@ func (s *Server) Sweep() error {
 	if err != nil {
 		return err
 	}
+	if err := s.persistSeenChunks(); err != nil {
+		return err
+	}
 	unlock, err := s.lock(context.Background())
 	if err != nil {
 		return err
@@ -56,7 +59,7 @@ func (s *Server) sweepLocked(due []serverRec) error {
 		return dirty, err
 	}
 	for _, step := range []func(*mutation, time.Time) (bool, error){
-		s.persistLastSeen, s.persistTokenUse, sweepDue, s.expireAPIKeys, s.purgeIdempotency,
+		s.persistTokenUse, sweepDue, s.expireAPIKeys, s.purgeIdempotency,
 	} {
 		d, err := step(m, now)
 		if err != nil {
@@ -72,6 +75,40 @@ func (s *Server) sweepLocked(due []serverRec) error {
 	return m.commit()
 }
 
+// seenChunk bounds the seen records one change of the sweep writes. After
+// a mass enrolment or a restart thousands of nodes are due at once, and one
+// change writing them all held every other change up for 100 ms and more
+// (building the batch under the lock, then the database applying it before
+// the next lock); in chunks, the changes waiting go in between.
+const seenChunk = 256
+
+// persistSeenChunks persists every node's due seen times (persistLastSeen),
+// seenChunk nodes per change.
+func (s *Server) persistSeenChunks() error {
+	for {
+		unlock, err := s.lock(context.Background())
+		if err != nil {
+			return err
+		}
+		m := s.begin()
+		dirty, more, err := s.persistLastSeen(m, s.now(), seenChunk)
+		switch {
+		case err != nil:
+			m.discard()
+		case dirty:
+			err = m.commit()
+		default:
+			m.discard()
+		}
+		if uerr := unlock(); err == nil {
+			err = uerr
+		}
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
 // persistLastSeen writes the last-seen and report times node requests
 // noted in memory, as the nodes' seen records (seenRec). A time is written
 // once it is seenEvery newer than the stored one, or once the node has
@@ -81,8 +118,9 @@ func (s *Server) sweepLocked(due []serverRec) error {
 // the stored times lag by at most seenEvery and a sweep — well inside
 // NodeTimeout, which a node talking at least every long-poll never nears.
 // Until written, the times stay in memory, where this process's sweep and
-// answers see them.
-func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
+// answers see them. At most limit nodes are written; more reports whether
+// others were due too.
+func (s *Server) persistLastSeen(m *mutation, now time.Time, limit int) (dirty, more bool, _ error) {
 	every := s.cfg.NodeTimeout / 3
 	due := func(t, stored time.Time) bool {
 		return t.After(stored) && (t.Sub(stored) >= every || now.Sub(t) >= every)
@@ -113,16 +151,18 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
 	}
 	s.seenMu.Unlock()
 	if len(cand) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	ids := slices.Collect(maps.Keys(cand))
+	if len(ids) > limit {
+		ids, more = ids[:limit], true
+	}
 	// Another replica may have stored newer times: they are kept.
 	stored, err := loadSeen(m.r, ids)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	m.seen = stored
-	dirty := false
 	for _, id := range ids {
 		sr, changed := stored[id], false
 		if t, ok := seen[id]; ok && due(t, sr.LastSeen) {
@@ -133,7 +173,7 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
 		}
 		if changed {
 			if err := m.put(pfxNodeSeen+id, sr); err != nil {
-				return false, err
+				return false, false, err
 			}
 			stored[id], dirty = sr, true
 		}
@@ -151,7 +191,7 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time) (bool, error) {
 		}
 	}
 	s.seenMu.Unlock()
-	return dirty, nil
+	return dirty, more, nil
 }
 
 // loadSeen reads the seen records of ids through rd, in one read.

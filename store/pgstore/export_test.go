@@ -23,3 +23,14 @@ func (s *Store) DBSeq() uint64 {
 	}
 	return uint64(seq)
 }
+
+// HoldReader takes one of the read pool's connections until release.
+func (s *Store) HoldReader() (release func()) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	return c.Release
+}

@@ -72,9 +72,14 @@ type Options struct {
 // Store is a PostgreSQL database holding the control plane's records.
 type Store struct {
 	pool *pgxpool.Pool
-	url  string
-	op   time.Duration
-	log  *slog.Logger
+	// writers holds the connections that take the writer lock (sections
+	// and batches of their own), apart from pool: a lock holder waiting
+	// for a connection behind the reads in flight (hundreds a second from
+	// a fleet's long-polls and reports) holds every change up meanwhile.
+	writers *pgxpool.Pool
+	url     string
+	op      time.Duration
+	log     *slog.Logger
 	// crdb is set on CockroachDB, which has neither advisory locks nor
 	// LISTEN/NOTIFY: notifications are dropped and Listen only waits.
 	crdb bool
@@ -113,24 +118,42 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 || cfg.ConnConfig.ConnectTimeout > o.OpTimeout {
 		cfg.ConnConfig.ConnectTimeout = o.OpTimeout
 	}
+	wcfg := cfg.Copy()
+	wcfg.MaxConns = writerConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	s := &Store{pool: pool, url: url, op: o.OpTimeout, log: o.Logger}
+	writers, err := pgxpool.NewWithConfig(ctx, wcfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	s := &Store{pool: pool, writers: writers, url: url, op: o.OpTimeout, log: o.Logger}
 	pctx, cancel := context.WithTimeout(ctx, o.OpTimeout)
 	defer cancel()
 	var version string
 	if err := pool.QueryRow(pctx, "SELECT version()").Scan(&version); err != nil {
-		pool.Close()
+		s.closePools()
 		return nil, fmt.Errorf("database %s: %w", redact(cfg), classify(err))
 	}
 	s.crdb = strings.Contains(version, "CockroachDB")
 	if err := s.migrate(ctx); err != nil {
-		pool.Close()
+		s.closePools()
 		return nil, err
 	}
 	return s, nil
+}
+
+// writerConns sizes the pool of writer-lock connections: the section
+// this process holds (one at a time, under the control plane's mutex),
+// the commits it sent that are still being answered, and batches of
+// their own. More would only wait on the lock row.
+const writerConns = 4
+
+func (s *Store) closePools() {
+	s.pool.Close()
+	s.writers.Close()
 }
 
 // redact names the database without its password.
@@ -165,9 +188,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the connection pool.
+// Close closes the connection pools.
 func (s *Store) Close() error {
-	s.pool.Close()
+	s.closePools()
 	return nil
 }
 
@@ -595,7 +618,7 @@ func (b *batch) commitOwnRetried() error {
 func (b *batch) commitOwn() error {
 	ctx, cancel := b.s.ctx()
 	defer cancel()
-	conn, err := b.s.pool.Acquire(ctx)
+	conn, err := b.s.writers.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("commit: take the writer lock: %w", classify(err))
 	}
@@ -737,8 +760,8 @@ func (sec *section) take() *pgxpool.Conn {
 // The view must be used by one goroutine, and no write may go through the
 // Store itself while it is held (that write would wait for this lock).
 // A process runs one section at a time (the control plane holds its own
-// mutex around it): a waiting Lock holds a pooled connection, and the
-// holder's reads need another.
+// mutex around it): a waiting Lock holds a writer connection, and the
+// holder's reads take read connections.
 //
 // The records of read are read in the same round trip as the lock (BEGIN,
 // the row lock and the read are pipelined), and reads of them through the
@@ -746,14 +769,27 @@ func (sec *section) take() *pgxpool.Conn {
 func (s *Store) Lock(ctx context.Context, read ...string) (store.KV, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, s.op)
 	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
-	}
-	sec := &section{s: s, conn: conn, read: make(map[string][]byte, len(read))}
-	if err := sec.begin(ctx, read); err != nil {
-		conn.Release() // inside a failed transaction: the pool closes it
-		return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+	var sec *section
+	// A connection the database closed while it sat idle (a database
+	// restarted since) fails at its first use; the writers, unlike the
+	// reads, may go unused through an outage, so each of the pool's idle
+	// connections may be such a one. Taking the lock commits nothing, so
+	// it is simply tried again on another.
+	for try := 0; ; try++ {
+		conn, err := s.writers.Acquire(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+		}
+		sec = &section{s: s, conn: conn, read: make(map[string][]byte, len(read))}
+		err = sec.begin(ctx, read)
+		if err == nil {
+			break
+		}
+		dead := conn.Conn().IsClosed()
+		conn.Release() // inside a failed transaction or closed: the pool drops it
+		if !dead || try == writerConns || ctx.Err() != nil {
+			return nil, nil, fmt.Errorf("take the writer lock: %w", classify(err))
+		}
 	}
 	unlock := func() {
 		if conn := sec.take(); conn != nil {
