@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +61,7 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	go func() { done <- runNode(ctx, cfg, "test", slog.New(slog.NewTextHandler(&logs, nil)), notify, opts) }()
 	nd := <-built
 	if err := notify.WaitFor(t.Context(), "READY=1"); err != nil {
@@ -126,22 +124,4 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 		c.Close()
 		t.Fatal(fmt.Sprintf("ollama still listens on %s after hearthd stopped", ollamaAddr))
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

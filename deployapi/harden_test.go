@@ -2,7 +2,6 @@ package deployapi
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,29 +123,11 @@ func TestBadKeyIsRefusedBeforeTheBody(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // No API key reaches the log at any level: requests that fasthttp cannot
 // read (its own error printer quotes requests), bad bodies, bad keys and
 // good requests, all carrying the key, logged at debug.
 func TestNoKeyInTheLogs(t *testing.T) {
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	keys := apikeys.NewStatic()
 	secret, _ := keys.Add("test")

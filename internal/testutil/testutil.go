@@ -1,7 +1,7 @@
 // Package testutil holds the small helpers many of hearth's tests need:
 // waiting for a condition, a free loopback port, a NOTIFY_SOCKET that
-// collects sd_notify messages, a settable clock, and the root/tool
-// prerequisite check.
+// collects sd_notify messages, a settable clock, a log buffer to share
+// with a logger, and the root/tool prerequisite check.
 package testutil
 
 import (
