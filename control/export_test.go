@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 
@@ -115,3 +116,19 @@ func TokenKey(token string) string { return pfxAPIToken + hashSecret(token) }
 
 // SeenChunk is how many nodes' seen records one change of the sweep writes.
 const SeenChunk = seenChunk
+
+// HoldChangeLock takes s's change lock until the returned release, so a
+// test can queue changes behind it.
+func HoldChangeLock(s *Server) (release func() error, err error) {
+	return s.lock(context.Background())
+}
+
+// ReportsQueued is how many node reports wait to be folded into a change.
+func ReportsQueued(s *Server) int {
+	s.foldMu.Lock()
+	defer s.foldMu.Unlock()
+	return len(s.foldQ)
+}
+
+// ReportChanges is how many changes applying node reports s has made.
+func ReportChanges(s *Server) uint64 { return s.reportChanges.Load() }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -367,39 +368,128 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	unlock, err := s.lock(r.Context())
-	if err != nil {
-		s.nodeInternal(w, err)
-		return
-	}
-	defer unlock() //nolint:errcheck // a no-op once the success path has called it
-	m := s.begin()
-	settled, e, err = s.applyReport(m, id, o, now)
-	if e != nil {
-		m.discard()
-		writeError(w, e)
-		return
-	}
-	if err != nil {
-		m.discard()
-		s.nodeInternal(w, err)
-		return
-	}
-	if settled {
-		m.discard()
-		s.noteReported(id, now)
+	// The reports that change something wait for the change lock together
+	// and are applied in one change (foldReports).
+	j := &reportJob{id: id, o: o, now: now, done: make(chan struct{})}
+	s.queueReport(context.WithoutCancel(r.Context()), j)
+	switch {
+	case j.e != nil:
+		writeError(w, j.e)
+	case j.err != nil:
+		s.nodeInternal(w, j.err)
+	default:
+		if j.settled {
+			s.noteReported(id, now)
+		}
 		w.WriteHeader(http.StatusNoContent)
-		return
 	}
-	if err := m.commit(); err != nil {
-		s.nodeInternal(w, err)
-		return
+}
+
+// reportJob is a report that changes something, on its way into a change
+// with the reports of other nodes that arrived while the lock was busy.
+type reportJob struct {
+	id  string
+	o   nodeapi.Observed
+	now time.Time
+	// The outcome, set before done is closed: refused (e), failed (err),
+	// or applied, settled if it changed nothing after all.
+	e       *apiError
+	err     error
+	settled bool
+	done    chan struct{}
+}
+
+// queueReport applies j and returns once it is durable or has failed.
+// Reports are folded: one goroutine at a time (the leader) waits for the
+// change lock on behalf of every report queued, and applies all that are
+// queued once it holds it, in one change — one lock and one commit
+// instead of one each. A create costs its own change and, when its node
+// reports the server running, a share of one, so creates queue less.
+func (s *Server) queueReport(ctx context.Context, j *reportJob) {
+	s.foldMu.Lock()
+	s.foldQ = append(s.foldQ, j)
+	lead := !s.folding
+	s.folding = true
+	s.foldMu.Unlock()
+	for lead {
+		lead = s.foldRound(ctx)
 	}
-	if err := unlock(); err != nil {
-		s.nodeInternal(w, err)
-		return
+	<-j.done
+}
+
+// foldRound takes the change lock, applies the queued reports and
+// reports whether some were left for another round (a second report of a
+// node already in this one), which the leader then takes as well.
+func (s *Server) foldRound(ctx context.Context) (again bool) {
+	unlock, err := s.lock(ctx)
+	jobs, again := s.takeReports()
+	if err == nil {
+		err = s.foldReports(jobs)
+		if uerr := unlock(); err == nil {
+			err = uerr
+		}
 	}
-	w.WriteHeader(http.StatusNoContent)
+	for _, j := range jobs {
+		if j.e == nil && j.err == nil {
+			j.err = err
+		}
+		close(j.done)
+	}
+	return again
+}
+
+// takeReports empties the queue but for the later reports of a node
+// already taken, which stay for the next round, and hands the lead on:
+// with none left, the next report to arrive leads.
+func (s *Server) takeReports() (jobs []*reportJob, again bool) {
+	s.foldMu.Lock()
+	defer s.foldMu.Unlock()
+	taken := make(map[string]bool, len(s.foldQ))
+	rest := s.foldQ[:0:0]
+	for _, j := range s.foldQ {
+		if taken[j.id] {
+			rest = append(rest, j)
+			continue
+		}
+		taken[j.id] = true
+		jobs = append(jobs, j)
+	}
+	s.foldQ = rest
+	s.folding = len(rest) > 0
+	return jobs, s.folding
+}
+
+// foldReports applies reports of distinct nodes in one change, with the
+// change lock held. Each touches only its node, its server and what is
+// under that server, so no report decides on another's staged writes. A
+// report refused or failed leaves half its writes staged: the change is
+// dropped and built again without it.
+func (s *Server) foldReports(jobs []*reportJob) error {
+	for {
+		m := s.begin()
+		redo := false
+		for _, j := range jobs {
+			if j.e != nil || j.err != nil {
+				continue
+			}
+			dirty, rev, puts := len(m.dirty), m.rev, m.puts
+			if _, j.e, j.err = s.applyReport(m, j.id, j.o, j.now); j.e != nil || j.err != nil {
+				redo = true
+				break
+			}
+			j.settled = len(m.dirty) == dirty && m.rev == rev && m.puts == puts
+		}
+		switch {
+		case redo:
+			m.discard()
+		case m.empty():
+			m.discard()
+			return nil
+		default:
+			s.reportChanges.Add(1)
+			return m.commit()
+		}
+	}
 }
 
 // applyReport stages what a report changes in m and reports whether it

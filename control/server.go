@@ -119,6 +119,16 @@ type Server struct {
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed
 
+	// foldQ are the reports waiting for the change lock, folding whether
+	// one of their goroutines is already waiting for it for all of them
+	// (queueReport).
+	// reportChanges counts the changes that applied reports (foldReports).
+	reportChanges atomic.Uint64
+
+	foldMu  sync.Mutex
+	foldQ   []*reportJob
+	folding bool
+
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
 	reported  map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
@@ -336,6 +346,9 @@ type mutation struct {
 	// is never committed and logs nothing.
 	rev0 uint64
 	dry  bool
+	// puts counts the records staged through put, so that a change that
+	// folds several nodes' reports tells which of them wrote anything.
+	puts int
 }
 
 // dryRun starts a change to be tried without the change lock and then
@@ -437,6 +450,7 @@ func (m *mutation) nextRev() uint64 {
 }
 
 func (m *mutation) put(key string, v any) error {
+	m.puts++
 	if err := m.b.Put(key, v); err != nil {
 		return fmt.Errorf("stage %s: %w", key, err)
 	}

@@ -1,0 +1,124 @@
+package control_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/control"
+	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/nodeapi"
+)
+
+// Reports that arrive while the change lock is busy are applied in one
+// change; a refused one among them is answered alone and costs the others
+// nothing.
+func TestReportsFoldIntoOneChange(t *testing.T) {
+	e, _ := newClockEnv(t, nil)
+	const count = 6
+	nodes := make([]node, count)
+	ids := make([]string, count)
+	desired := make([]nodeapi.Desired, count)
+	for i := range nodes {
+		nodes[i] = e.enroll(hwM4)
+	}
+	for i := range nodes {
+		e.req("POST", "/v1/servers", serverBody(fmt.Sprintf("fold-%d", i))).must(t, 201)
+	}
+	for i, n := range nodes {
+		desired[i] = n.desired(t, 0)
+		ids[i] = desired[i].Server.ID
+	}
+	// The report of the last node claims a revision never issued.
+	reports := make([]nodeapi.Observed, count)
+	for i := range reports {
+		reports[i] = applied(desired[i], fmt.Sprintf("192.0.2.%d", 10+i))
+	}
+	reports[count-1].Revision += 100
+
+	before := control.ReportChanges(e.srv)
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.client.ReportObserved(context.Background(), reports[i]) })
+	}
+	testutil.WaitFor(t, 10*time.Second, "every report queued behind the lock", func() bool {
+		return control.ReportsQueued(e.srv) == count
+	})
+	if got := control.ReportChanges(e.srv) - before; got != 0 {
+		t.Fatalf("%d report changes while the lock was held", got)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	for i, err := range errs[:count-1] {
+		if err != nil {
+			t.Fatalf("report %d: %v", i, err)
+		}
+		e.wantStatus(t, ids[i], "running", "after the folded reports")
+	}
+	var ae *nodeapi.Error
+	if !errors.As(errs[count-1], &ae) || ae.Status != http.StatusBadRequest {
+		t.Fatalf("forged report: %v, want 400", errs[count-1])
+	}
+	e.wantStatus(t, ids[count-1], "provisioning", "after its forged report")
+	if got := control.ReportChanges(e.srv) - before; got != 1 {
+		t.Fatalf("%d changes for %d reports, want 1", got, count-1)
+	}
+	if missing, extra, err := control.StatusIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		t.Fatalf("status index: missing %v extra %v err %v", missing, extra, err)
+	}
+	if control.ReportsQueued(e.srv) != 0 {
+		t.Fatal("reports left queued")
+	}
+}
+
+// A node's second report while its first waits goes into a change of its
+// own, after the first, so neither decides on the other's unstaged view.
+func TestReportsOfOneNodeFoldApart(t *testing.T) {
+	e, _ := newClockEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("twice")).must(t, 201))
+	d := n.desired(t, 0)
+	before := control.ReportChanges(e.srv)
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := applied(d, "192.0.2.20")
+	second := applied(d, "192.0.2.21")
+	errs := make(chan error, 2)
+	go func() { errs <- n.client.ReportObserved(context.Background(), first) }()
+	testutil.WaitFor(t, 10*time.Second, "the first report queued", func() bool { return control.ReportsQueued(e.srv) == 1 })
+	go func() { errs <- n.client.ReportObserved(context.Background(), second) }()
+	testutil.WaitFor(t, 10*time.Second, "the second report queued", func() bool { return control.ReportsQueued(e.srv) == 2 })
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := control.ReportChanges(e.srv) - before; got != 2 {
+		t.Fatalf("%d changes, want 2 (one per report of the node)", got)
+	}
+	var srv struct {
+		Status string `json:"status"`
+		IP     string `json:"ip"`
+	}
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &srv)
+	if srv.Status != "running" || srv.IP != "192.0.2.21" {
+		t.Fatalf("server %+v, want running at the second report's address", srv)
+	}
+}
