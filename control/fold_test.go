@@ -122,3 +122,94 @@ func TestReportsOfOneNodeFoldApart(t *testing.T) {
 		t.Fatalf("server %+v, want running at the second report's address", srv)
 	}
 }
+
+// Creates that arrive while the change lock is busy are decided in one
+// change: each takes a node of its own, a second create of a name is
+// decided after the first (and refused), and a second request with an
+// Idempotency-Key after the first (and replayed).
+func TestCreatesFoldIntoOneChange(t *testing.T) {
+	e, _ := newClockEnv(t, nil)
+	enrolled := make([]node, 5)
+	for i := range enrolled {
+		enrolled[i] = e.enroll(hwM4)
+	}
+	type create struct {
+		name string
+		body map[string]any
+		hdr  []string
+	}
+	creates := []create{
+		{"a", serverBody("a"), nil},
+		{"b", serverBody("b"), nil},
+		{"c", serverBody("c"), nil},
+		{"d", serverBody("d"), nil},
+		{"g", serverBody("g"), []string{"Idempotency-Key", "fold-g"}},
+		{"a again", serverBody("a"), nil},
+		{"too big", serverBody("f", func(m map[string]any) { m["ram"] = 128 }), nil},
+		{"g again", serverBody("g"), []string{"Idempotency-Key", "fold-g"}},
+	}
+	before := control.FoldedChanges(e.srv)
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := make([]answer, len(creates))
+	var wg sync.WaitGroup
+	for i, c := range creates {
+		wg.Go(func() { answers[i] = e.req("POST", "/v1/servers", c.body, c.hdr...) })
+	}
+	testutil.WaitFor(t, 10*time.Second, "every create queued behind the lock", func() bool {
+		return control.ChangesQueued(e.srv) == len(creates)
+	})
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	// Of two creates of a name, whichever came first is made and the
+	// other refused; of two requests with one key, the later replays.
+	if answers[5].status == 201 {
+		answers[0], answers[5] = answers[5], answers[0]
+	}
+	if answers[7].hdr.Get("Idempotent-Replayed") != "true" {
+		answers[4], answers[7] = answers[7], answers[4]
+	}
+	made := map[string]bool{}
+	for i := range creates[:5] {
+		made[idOf(t, answers[i].must(t, 201))] = true
+	}
+	// Each node was told of a server of its own: every one made.
+	for _, n := range enrolled {
+		d := n.desired(t, 0)
+		if d.Server == nil || !made[d.Server.ID] {
+			t.Fatalf("node %s desires %+v, not one of the servers made", n.id, d.Server)
+		}
+		delete(made, d.Server.ID)
+	}
+	answers[5].wantErr(t, 409, "conflict", "name")
+	answers[6].wantErr(t, 409, "capacity_unavailable", "")
+	replay := answers[7].must(t, 201)
+	if replay.hdr.Get("Idempotent-Replayed") != "true" || idOf(t, replay) != idOf(t, answers[4]) {
+		t.Fatalf("second request with the key: %s %v, want the replay of %s", replay.body, replay.hdr, answers[4].body)
+	}
+	if got := control.FoldedChanges(e.srv) - before; got != 1 {
+		t.Fatalf("%d changes for the creates, want 1", got)
+	}
+	if missing, extra, err := control.PoolIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		t.Fatalf("pool index: missing %v extra %v err %v", missing, extra, err)
+	}
+	if missing, extra, err := control.StatusIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		t.Fatalf("status index: missing %v extra %v err %v", missing, extra, err)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	e.req("GET", "/v1/servers", nil).must(t, 200).decode(t, &list)
+	if len(list.Data) != 5 {
+		t.Fatalf("%d servers listed, want 5", len(list.Data))
+	}
+	// No node left for another create.
+	e.req("POST", "/v1/servers", serverBody("h")).wantErr(t, 409, "capacity_unavailable", "")
+}

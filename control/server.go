@@ -119,15 +119,13 @@ type Server struct {
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed
 
-	// foldQ are the reports waiting for the change lock, folding whether
-	// one of their goroutines is already waiting for it for all of them
-	// (queueReport).
-	// reportChanges counts the changes that applied reports (foldReports).
-	reportChanges atomic.Uint64
-
-	foldMu  sync.Mutex
-	foldQ   []*reportJob
-	folding bool
+	// reports and changes are the node reports and API changes (creates)
+	// waiting for the change lock to be applied together (folder).
+	reports folder[*reportJob]
+	changes folder[*changeJob]
+	// reportChanges and foldedChanges count the changes that applied
+	// reports (foldReports) and folded API changes (foldChanges).
+	reportChanges, foldedChanges atomic.Uint64
 
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
@@ -575,7 +573,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	route("/v1/servers", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listServers),
-		"POST": s.apiWarm(s.createServer, s.warmCreateServer),
+		"POST": s.apiWarm(s.createServer, s.warmCreateServer, createKeys),
 	})
 	route("/v1/servers/{id}", map[string]http.HandlerFunc{
 		"GET":    s.api(s.getServer),
