@@ -2,7 +2,6 @@ package control
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -59,7 +58,7 @@ const maxIdempotencyKeyLen = 255
 // serialisation of changes, Idempotency-Key handling, and the commit of the
 // handler's change before the answer is written, so nothing answered 2xx
 // can be lost.
-func (s *Server) api(h apiFunc) http.HandlerFunc { return s.apiWarm(h, nil, nil) }
+func (s *Server) api(h apiFunc) http.HandlerFunc { return s.apiWarm(h, nil) }
 
 // warmFunc reads, before a change takes the lock, records its handler
 // will read under it (body is the request body, which the handler reads
@@ -72,11 +71,8 @@ func (s *Server) api(h apiFunc) http.HandlerFunc { return s.apiWarm(h, nil, nil)
 type warmFunc func(rc *reqCtx, body []byte)
 
 // apiWarm is api with warm run before the change lock is taken, on a
-// shared database only (elsewhere a read costs no round trip). With fold,
-// the change is applied together with the others of its handler queued
-// for the lock (foldChanges), which h must allow; fold returns what two
-// such changes decided together must not share.
-func (s *Server) apiWarm(h apiFunc, warm warmFunc, fold foldKeys) http.HandlerFunc {
+// shared database only (elsewhere a read costs no round trip).
+func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		// A change's token is checked strongly under the lock (below).
@@ -108,128 +104,80 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc, fold foldKeys) http.HandlerFu
 					warm(rc, peekBody(r))
 				}
 			}
-			if fold != nil {
-				// Applied with the changes queued beside it (foldChanges).
-				j := &changeJob{r: r, rc: rc, tok: tok, lag: lag, idemKey: idemKey, reqHash: reqHash, h: h,
-					keys: fold(rc, peekBody(r)), done: make(chan struct{})}
-				if idemKey != "" {
-					j.keys = append(j.keys, "idem/"+tok.ID+"/"+idemKey)
-				}
-				s.queueChange(context.WithoutCancel(r.Context()), j)
-				s.answer(w, rc, j.d)
-				return
-			}
 			var err error
 			if unlock, err = s.lock(r.Context()); err != nil {
 				s.internal(w, rc, err)
 				return
 			}
 			defer unlock() //nolint:errcheck // a no-op once the success path below has called it
+			if lag {
+				// The token as of the lock: one revoked before it no
+				// longer changes anything.
+				cur, aerr := s.authenticate(r, false)
+				if aerr == nil && (cur.ID != tok.ID || cur.Project != tok.Project || cur.Scope != tok.Scope) {
+					aerr = errUnauthorized
+				}
+				if aerr != nil {
+					writeError(w, aerr)
+					return
+				}
+			}
 		}
-		d := s.decide(r, rc, tok, lag, idemKey, reqHash, h)
-		if d.ae != nil || d.err != nil {
+		rc.now = s.now()
+
+		idemStoreKey := pfxIdempotency + tok.ID + "/" + idemKey
+		if idemKey != "" {
+			var prev idempotencyRec
+			err := s.st.Get(idemStoreKey, &prev)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				s.internal(w, rc, err)
+				return
+			case !prev.ExpiresAt.After(rc.now):
+				// Expired but not yet purged: treat as new.
+			case prev.RequestHash != reqHash:
+				writeError(w, &apiError{status: http.StatusConflict, code: CodeIdempotencyConflict, param: "Idempotency-Key",
+					message: "this Idempotency-Key was already used with a different request"})
+				return
+			default:
+				w.Header().Set("Idempotent-Replayed", "true")
+				writeRaw(w, prev.Status, prev.Body)
+				return
+			}
+		}
+
+		res, err := h(r, rc)
+		if err != nil {
 			if rc.m != nil {
 				rc.m.discard()
 			}
-			s.answer(w, rc, d)
-			return
-		}
-		if rc.m != nil {
-			if err := rc.m.commit(); err != nil {
-				s.internal(w, rc, err)
+			var ae *apiError
+			if errors.As(err, &ae) {
+				writeError(w, ae)
 				return
 			}
+			s.internal(w, rc, err)
+			return
+		}
+		out, err := s.finish(rc, res, idemStoreKey, reqHash, idemKey != "")
+		if err != nil {
+			s.internal(w, rc, err)
+			return
 		}
 		// The change is acknowledged only once durable.
 		if err := unlock(); err != nil {
 			s.internal(w, rc, err)
 			return
 		}
-		s.answer(w, rc, d)
+		writeRaw(w, res.status, out)
 	}
 }
 
-// decision is what a request decided, with the change lock held if it
-// changes anything: the answer (out, or a replay of an Idempotency-Key's),
-// or a refusal (ae) or failure (err). What it changes is staged in rc.m and
-// not yet committed.
-type decision struct {
-	ae       *apiError
-	err      error
-	status   int
-	out      []byte
-	replayed bool
-}
-
-// decide runs the part of a request that a change does under the lock:
-// the token checked again (lag), the Idempotency-Key's record, the handler
-// and the answer kept for the key.
-func (s *Server) decide(r *http.Request, rc *reqCtx, tok tokenRec, lag bool, idemKey, reqHash string, h apiFunc) decision {
-	if lag {
-		// The token as of the lock: one revoked before it no longer
-		// changes anything.
-		cur, aerr := s.authenticate(r, false)
-		if aerr == nil && (cur.ID != tok.ID || cur.Project != tok.Project || cur.Scope != tok.Scope) {
-			aerr = errUnauthorized
-		}
-		if aerr != nil {
-			return decision{ae: aerr}
-		}
-	}
-	rc.now = s.now()
-
-	idemStoreKey := pfxIdempotency + tok.ID + "/" + idemKey
-	if idemKey != "" {
-		var prev idempotencyRec
-		err := s.st.Get(idemStoreKey, &prev)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return decision{err: err}
-		case !prev.ExpiresAt.After(rc.now):
-			// Expired but not yet purged: treat as new.
-		case prev.RequestHash != reqHash:
-			return decision{ae: &apiError{status: http.StatusConflict, code: CodeIdempotencyConflict, param: "Idempotency-Key",
-				message: "this Idempotency-Key was already used with a different request"}}
-		default:
-			return decision{status: prev.Status, out: prev.Body, replayed: true}
-		}
-	}
-
-	res, err := h(r, rc)
-	if err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return decision{ae: ae}
-		}
-		return decision{err: err}
-	}
-	out, err := s.finish(rc, res, idemStoreKey, reqHash, idemKey != "")
-	if err != nil {
-		return decision{err: err}
-	}
-	return decision{status: res.status, out: out}
-}
-
-// answer writes a decision.
-func (s *Server) answer(w http.ResponseWriter, rc *reqCtx, d decision) {
-	switch {
-	case d.ae != nil:
-		writeError(w, d.ae)
-	case d.err != nil:
-		s.internal(w, rc, d.err)
-	default:
-		if d.replayed {
-			w.Header().Set("Idempotent-Replayed", "true")
-		}
-		writeRaw(w, d.status, d.out)
-	}
-}
-
-// finish encodes a successful answer and stages with the request's change
-// the answer to replay for its Idempotency-Key if it has one. Only
+// finish encodes a successful answer and commits the request's change,
+// with the answer to replay for its Idempotency-Key if it has one. Only
 // successful answers are remembered: a request refused for validation or
-// capacity may be retried with the same key.
+// capacity may be retried with the same key. On error nothing is committed.
 func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) ([]byte, error) {
 	out, err := encodeBody(res.body)
 	if err == nil && remember && res.status < 300 {
@@ -244,7 +192,15 @@ func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, re
 		}
 	}
 	if err != nil {
+		if rc.m != nil {
+			rc.m.discard()
+		}
 		return nil, err
+	}
+	if rc.m != nil {
+		if err := rc.m.commit(); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

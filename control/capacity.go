@@ -27,10 +27,8 @@ func freeKey(n *nodeRec) string {
 func freePrefix(chip string) string { return pfxFree + url.PathEscape(chip) + "/" }
 
 // pickNode returns the free node of chip with the least RAM of at least
-// ram GB, and of those the least storage of at least storage GB. The
-// nodes m has staged taken (creates decided before in the same change,
-// foldChanges) are still free in the index as stored: they are skipped.
-func (s *Server) pickNode(chip string, ram, storage int, m *mutation) (nodeRec, bool, error) {
+// ram GB, and of those the least storage of at least storage GB.
+func (s *Server) pickNode(chip string, ram, storage int) (nodeRec, bool, error) {
 	prefix := freePrefix(chip)
 	var best nodeRec
 	found := false
@@ -42,11 +40,6 @@ func (s *Server) pickNode(chip string, ram, storage int, m *mutation) (nodeRec, 
 		}
 		if st, err := strconv.Atoi(f[1]); err != nil || st < storage {
 			return true, nil
-		}
-		if m != nil {
-			if n, ok := m.nodes[f[2]]; ok && freeKey(n) != key {
-				return true, nil
-			}
 		}
 		var n nodeRec
 		if err := s.st.Get(pfxNode+f[2], &n); err != nil {

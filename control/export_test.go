@@ -124,13 +124,11 @@ func HoldChangeLock(s *Server) (release func() error, err error) {
 }
 
 // ReportsQueued is how many node reports wait to be folded into a change.
-func ReportsQueued(s *Server) int { return s.reports.queued() }
-
-// ChangesQueued is how many API changes wait to be folded into a change.
-func ChangesQueued(s *Server) int { return s.changes.queued() }
+func ReportsQueued(s *Server) int {
+	s.foldMu.Lock()
+	defer s.foldMu.Unlock()
+	return len(s.foldQ)
+}
 
 // ReportChanges is how many changes applying node reports s has made.
 func ReportChanges(s *Server) uint64 { return s.reportChanges.Load() }
-
-// FoldedChanges is how many changes applying folded API changes s has made.
-func FoldedChanges(s *Server) uint64 { return s.foldedChanges.Load() }

@@ -399,21 +399,64 @@ type reportJob struct {
 	done    chan struct{}
 }
 
-// queueReport applies j, with the other nodes' reports queued beside it
-// (folder), and returns once it is durable or has failed. A create costs
-// its own change and, when its node reports the server running, a share
-// of one, so creates queue less.
+// queueReport applies j and returns once it is durable or has failed.
+// Reports are folded: one goroutine at a time (the leader) waits for the
+// change lock on behalf of every report queued, and applies all that are
+// queued once it holds it, in one change — one lock and one commit
+// instead of one each. A create costs its own change and, when its node
+// reports the server running, a share of one, so creates queue less.
 func (s *Server) queueReport(ctx context.Context, j *reportJob) {
-	for lead := s.reports.add(j); lead; {
-		lead = foldRound(ctx, s, &s.reports, func(j *reportJob) []string { return []string{j.id} }, s.foldReports,
-			func(j *reportJob, err error) {
-				if j.e == nil && j.err == nil {
-					j.err = err
-				}
-				close(j.done)
-			})
+	s.foldMu.Lock()
+	s.foldQ = append(s.foldQ, j)
+	lead := !s.folding
+	s.folding = true
+	s.foldMu.Unlock()
+	for lead {
+		lead = s.foldRound(ctx)
 	}
 	<-j.done
+}
+
+// foldRound takes the change lock, applies the queued reports and
+// reports whether some were left for another round (a second report of a
+// node already in this one), which the leader then takes as well.
+func (s *Server) foldRound(ctx context.Context) (again bool) {
+	unlock, err := s.lock(ctx)
+	jobs, again := s.takeReports()
+	if err == nil {
+		err = s.foldReports(jobs)
+		if uerr := unlock(); err == nil {
+			err = uerr
+		}
+	}
+	for _, j := range jobs {
+		if j.e == nil && j.err == nil {
+			j.err = err
+		}
+		close(j.done)
+	}
+	return again
+}
+
+// takeReports empties the queue but for the later reports of a node
+// already taken, which stay for the next round, and hands the lead on:
+// with none left, the next report to arrive leads.
+func (s *Server) takeReports() (jobs []*reportJob, again bool) {
+	s.foldMu.Lock()
+	defer s.foldMu.Unlock()
+	taken := make(map[string]bool, len(s.foldQ))
+	rest := s.foldQ[:0:0]
+	for _, j := range s.foldQ {
+		if taken[j.id] {
+			rest = append(rest, j)
+			continue
+		}
+		taken[j.id] = true
+		jobs = append(jobs, j)
+	}
+	s.foldQ = rest
+	s.folding = len(rest) > 0
+	return jobs, s.folding
 }
 
 // foldReports applies reports of distinct nodes in one change, with the
@@ -429,12 +472,12 @@ func (s *Server) foldReports(jobs []*reportJob) error {
 			if j.e != nil || j.err != nil {
 				continue
 			}
-			k := m.mark()
+			dirty, rev, puts := len(m.dirty), m.rev, m.puts
 			if _, j.e, j.err = s.applyReport(m, j.id, j.o, j.now); j.e != nil || j.err != nil {
 				redo = true
 				break
 			}
-			j.settled = !m.moved(k)
+			j.settled = len(m.dirty) == dirty && m.rev == rev && m.puts == puts
 		}
 		switch {
 		case redo:

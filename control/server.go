@@ -119,13 +119,14 @@ type Server struct {
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed
 
-	// reports and changes are the node reports and API changes (creates)
-	// waiting for the change lock to be applied together (folder).
-	reports folder[*reportJob]
-	changes folder[*changeJob]
-	// reportChanges and foldedChanges count the changes that applied
-	// reports (foldReports) and folded API changes (foldChanges).
-	reportChanges, foldedChanges atomic.Uint64
+	// foldQ are the reports waiting for the change lock, folding whether
+	// one of their goroutines is already waiting for it for all of them
+	// (queueReport).
+	foldMu  sync.Mutex
+	foldQ   []*reportJob
+	folding bool
+	// reportChanges counts the changes that applied reports (foldReports).
+	reportChanges atomic.Uint64
 
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
@@ -573,7 +574,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	route("/v1/servers", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listServers),
-		"POST": s.apiWarm(s.createServer, s.warmCreateServer, createKeys),
+		"POST": s.apiWarm(s.createServer, s.warmCreateServer),
 	})
 	route("/v1/servers/{id}", map[string]http.HandlerFunc{
 		"GET":    s.api(s.getServer),

@@ -169,18 +169,6 @@ func (s *Server) warmCreateServer(rc *reqCtx, body []byte) {
 	}
 }
 
-// createKeys folds creates (apiWarm): the one record a create reads that
-// another create writes, beside the pool index, is its name's.
-func createKeys(rc *reqCtx, body []byte) []string {
-	var req struct {
-		Name string `json:"name"`
-	}
-	if json.Unmarshal(body, &req) != nil {
-		return nil // refused before it reads anything
-	}
-	return []string{"name/" + rc.project + "/" + req.Name}
-}
-
 func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	var req createServerReq
 	if e := decodeJSON(r, &req); e != nil {
@@ -205,7 +193,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, err
 	}
 
-	node, ok, err := s.pickNode(req.Chip, req.RAM, req.Storage, rc.m)
+	node, ok, err := s.pickNode(req.Chip, req.RAM, req.Storage)
 	if err != nil {
 		return result{}, err
 	}
