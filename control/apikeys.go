@@ -303,6 +303,31 @@ func sameUsage(a, b nodeapi.KeyUsage) bool {
 	return a.LastUsedAt.Equal(*b.LastUsedAt)
 }
 
+// keysExpiring reports, through rd (without the change lock), whether the
+// expiry index's first entry is due: expireAPIKeys has work. An entry it
+// cannot read is reported due, for expireAPIKeys to report.
+func keysExpiring(rd store.KV, now time.Time) (bool, error) {
+	due := false
+	err := rd.Scan(pfxAPIKeyExp, "", false, func(key string, _ []byte) (bool, error) {
+		at, err := expiryOf(key)
+		due = err != nil || now.Unix() >= at
+		return false, nil
+	})
+	return due, err
+}
+
+// expiryOf is the Unix time of an expiry index entry.
+func expiryOf(key string) (int64, error) {
+	if len(key) < len(pfxAPIKeyExp)+20 {
+		return 0, fmt.Errorf("expiry index entry %q: too short", key)
+	}
+	at, err := strconv.ParseInt(key[len(pfxAPIKeyExp):len(pfxAPIKeyExp)+20], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("expiry index entry %q: %w", key, err)
+	}
+	return at, nil
+}
+
 // expireAPIKeys takes the keys that expired by now out of their nodes'
 // desired state: it drops their expiry index entries and gives each node a
 // new revision. The index is ordered by expiry, so this reads only the keys
@@ -310,9 +335,9 @@ func sameUsage(a, b nodeapi.KeyUsage) bool {
 func (s *Server) expireAPIKeys(m *mutation, now time.Time) (bool, error) {
 	dirty := false
 	err := s.st.Scan(pfxAPIKeyExp, "", false, func(key string, val []byte) (bool, error) {
-		at, err := strconv.ParseInt(key[len(pfxAPIKeyExp):len(pfxAPIKeyExp)+20], 10, 64)
+		at, err := expiryOf(key)
 		if err != nil {
-			return false, fmt.Errorf("expiry index entry %q: %w", key, err)
+			return false, err
 		}
 		if now.Unix() < at {
 			return false, nil

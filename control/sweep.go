@@ -30,26 +30,47 @@ func (s *Server) Sweep() error {
 	// from reads that may lag a moment: the walk is O(fleet), and every
 	// change would wait for it under the lock. Only the servers found are
 	// decided again under the lock.
-	due, err := s.serversDue(s.now())
+	now := s.now()
+	due, err := s.serversDue(now)
 	if err != nil {
 		return err
 	}
 	if err := s.persistSeenChunks(); err != nil {
 		return err
 	}
+	// So are the expired Idempotency-Key answers (O(keys)) and whether an
+	// API key expired: a sweep that has nothing to change does not take
+	// the lock at all (on a shared database a round trip every change
+	// would wait behind, every SweepInterval, on every replica).
+	lag := store.Lagging(s.st)
+	stale, err := idempotencyExpired(lag, now)
+	if err != nil {
+		return err
+	}
+	expiring, err := keysExpiring(lag, now)
+	if err != nil {
+		return err
+	}
+	s.tokMu.Lock()
+	used := len(s.tokUsed) > 0
+	s.tokMu.Unlock()
+	if len(due) == 0 && len(stale) == 0 && !expiring && !used {
+		return nil
+	}
 	unlock, err := s.lock(context.Background())
 	if err != nil {
 		return err
 	}
-	if err := s.sweepLocked(due); err != nil {
+	if err := s.sweepLocked(due, stale); err != nil {
 		_ = unlock()
 		return err
 	}
 	return unlock()
 }
 
-// sweepLocked is Sweep with the change lock held, for the servers due.
-func (s *Server) sweepLocked(due []serverRec) error {
+// sweepLocked is Sweep with the change lock held, for the servers due and
+// the Idempotency-Key records found expired.
+func (s *Server) sweepLocked(due []serverRec, stale []string) error {
 	now := s.now()
 	m := s.begin()
 	dirty := false
@@ -58,8 +79,9 @@ func (s *Server) sweepLocked(due []serverRec) error {
 		err := s.sweepServers(m, now, due, func(serverRec) { dirty = true })
 		return dirty, err
 	}
+	purge := func(m *mutation, now time.Time) (bool, error) { return purgeIdempotency(m, now, stale) }
 	for _, step := range []func(*mutation, time.Time) (bool, error){
-		s.persistTokenUse, sweepDue, s.expireAPIKeys, s.purgeIdempotency,
+		s.persistTokenUse, sweepDue, s.expireAPIKeys, purge,
 	} {
 		d, err := step(m, now)
 		if err != nil {
@@ -85,6 +107,12 @@ const seenChunk = 256
 // persistSeenChunks persists every node's due seen times (persistLastSeen),
 // seenChunk nodes per change.
 func (s *Server) persistSeenChunks() error {
+	s.seenMu.Lock()
+	none := len(s.seenCandidates(s.seenDue(s.now()), 1)) == 0
+	s.seenMu.Unlock()
+	if none {
+		return nil // without taking the lock
+	}
 	for {
 		unlock, err := s.lock(context.Background())
 		if err != nil {
@@ -121,25 +149,9 @@ func (s *Server) persistSeenChunks() error {
 // answers see them. At most limit nodes are written; more reports whether
 // others were due too.
 func (s *Server) persistLastSeen(m *mutation, now time.Time, limit int) (dirty, more bool, _ error) {
-	every := s.cfg.NodeTimeout / 3
-	due := func(t, stored time.Time) bool {
-		return t.After(stored) && (t.Sub(stored) >= every || now.Sub(t) >= every)
-	}
-	// The candidates are chosen against what this process last knew to
-	// be stored, without reading anything: at 10 000 nodes nearly every
-	// node has a time waiting, and only a few are due.
+	due := s.seenDue(now)
 	s.seenMu.Lock()
-	cand := map[string]bool{}
-	for id, t := range s.lastSeen {
-		if due(t, s.persisted[id].LastSeen) {
-			cand[id] = true
-		}
-	}
-	for id, t := range s.reported {
-		if due(t, s.persisted[id].ObservedAt) {
-			cand[id] = true
-		}
-	}
+	cand := s.seenCandidates(due, 0)
 	seen, reported := make(map[string]time.Time, len(cand)), make(map[string]time.Time, len(cand))
 	for id := range cand {
 		if t, ok := s.lastSeen[id]; ok {
@@ -192,6 +204,41 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time, limit int) (dirty, 
 	}
 	s.seenMu.Unlock()
 	return dirty, more, nil
+}
+
+// seenDue tells whether a time noted in memory (t) is due to be written
+// over the stored one: seenEvery newer, or the node quiet for seenEvery.
+func (s *Server) seenDue(now time.Time) func(t, stored time.Time) bool {
+	every := s.cfg.NodeTimeout / 3
+	return func(t, stored time.Time) bool {
+		return t.After(stored) && (t.Sub(stored) >= every || now.Sub(t) >= every)
+	}
+}
+
+// seenCandidates returns the nodes with a time due, at most limit of them
+// (0: all), with s.seenMu held. They are chosen against what this process
+// last knew to be stored, without reading anything: at 10 000 nodes nearly
+// every node has a time waiting, and only a few are due.
+func (s *Server) seenCandidates(due func(t, stored time.Time) bool, limit int) map[string]bool {
+	cand := map[string]bool{}
+	full := func() bool { return limit > 0 && len(cand) >= limit }
+	for id, t := range s.lastSeen {
+		if full() {
+			return cand
+		}
+		if due(t, s.persisted[id].LastSeen) {
+			cand[id] = true
+		}
+	}
+	for id, t := range s.reported {
+		if full() {
+			return cand
+		}
+		if due(t, s.persisted[id].ObservedAt) {
+			cand[id] = true
+		}
+	}
+	return cand
 }
 
 // loadSeen reads the seen records of ids through rd, in one read.
@@ -334,16 +381,38 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 	return true, m.put(srv.key(), srv)
 }
 
-func (s *Server) purgeIdempotency(m *mutation, now time.Time) (bool, error) {
+func purgeIdempotency(m *mutation, now time.Time, keys []string) (bool, error) {
 	dirty := false
-	err := store.ScanJSON(s.st, pfxIdempotency, func(key string, rec idempotencyRec) (bool, error) {
+	// Read again under the lock: a key answered anew since is kept.
+	err := store.GetMany(m.r, keys, func(key string, val []byte) error {
+		var rec idempotencyRec
+		if err := json.Unmarshal(val, &rec); err != nil {
+			return fmt.Errorf("decode %s: %w", key, err)
+		}
 		if !rec.ExpiresAt.After(now) {
 			m.b.Delete(key)
 			dirty = true
 		}
-		return true, nil
+		return nil
 	})
 	return dirty, err
+}
+
+// maxPurge bounds the Idempotency-Key records one sweep deletes, so that
+// its change stays small; the rest go at the next sweeps.
+const maxPurge = 1024
+
+// idempotencyExpired finds, through rd (without the change lock), the
+// Idempotency-Key records expired by now, at most maxPurge.
+func idempotencyExpired(rd store.KV, now time.Time) ([]string, error) {
+	var keys []string
+	err := store.ScanJSON(rd, pfxIdempotency, func(key string, rec idempotencyRec) (bool, error) {
+		if !rec.ExpiresAt.After(now) {
+			keys = append(keys, key)
+		}
+		return len(keys) < maxPurge, nil
+	})
+	return keys, err
 }
 
 // eachServer calls fn with every server of every project, project by
