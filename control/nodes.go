@@ -462,22 +462,26 @@ func (s *Server) takeReports() (jobs []*reportJob, again bool) {
 // foldReports applies reports of distinct nodes in one change, with the
 // change lock held. Each touches only its node, its server and what is
 // under that server, so no report decides on another's staged writes. A
-// report refused or failed leaves half its writes staged: the change is
+// report refused or failed before staging anything is just answered so;
+// one that failed after leaves half its writes staged: the change is
 // dropped and built again without it.
 func (s *Server) foldReports(jobs []*reportJob) error {
+	dropped := map[*reportJob]bool{}
 	for {
 		m := s.begin()
 		redo := false
 		for _, j := range jobs {
-			if j.e != nil || j.err != nil {
+			if dropped[j] {
 				continue
 			}
-			dirty, rev, puts := len(m.dirty), m.rev, m.puts
-			if _, j.e, j.err = s.applyReport(m, j.id, j.o, j.now); j.e != nil || j.err != nil {
-				redo = true
+			before := m.staged()
+			_, j.e, j.err = s.applyReport(m, j.id, j.o, j.now)
+			moved := m.staged() != before
+			if (j.e != nil || j.err != nil) && moved {
+				dropped[j], redo = true, true
 				break
 			}
-			j.settled = len(m.dirty) == dirty && m.rev == rev && m.puts == puts
+			j.settled = !moved
 		}
 		switch {
 		case redo:

@@ -442,6 +442,10 @@ func (m *mutation) bump(nodeID string) error {
 	return nil
 }
 
+// staged is how far the change has staged, to tell whether a step staged
+// anything.
+func (m *mutation) staged() [3]uint64 { return [3]uint64{uint64(len(m.dirty)), uint64(m.puts), m.rev} }
+
 // nextRev takes the next global revision.
 func (m *mutation) nextRev() uint64 {
 	m.rev++
