@@ -56,7 +56,7 @@ func (a *API) admit(ctx *fasthttp.RequestCtx, decode func(s *served) (slots int,
 	if !ok {
 		return nil, false
 	}
-	n, e := decodeAside(s, decode)
+	n, e := a.decodeAside(s, decode)
 	if e == nil && n > a.lim.maxSlots() {
 		// Its slots could never be granted together (limiter.acquireN).
 		e = &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "integer_above_max_value", Param: "n",
@@ -139,10 +139,16 @@ func (a *API) allowKey(ctx *fasthttp.RequestCtx, key apikeys.Key) bool {
 // gives a stack back only at a GC, which a steady load of streams seldom
 // causes. The short-lived goroutine's stack is freed when it ends. It
 // costs a goroutine start and a hand-over per request (BENCHMARKS.md).
-func decodeAside(s *served, decode func(s *served) (int, *openai.Error)) (n int, e *openai.Error) {
+func (a *API) decodeAside(s *served, decode func(s *served) (int, *openai.Error)) (n int, e *openai.Error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer func() {
+			if v := recover(); v != nil { // recover.go
+				a.logPanic(recovered(v))
+				n, e = 0, openai.InternalError()
+			}
+		}()
 		n, e = decode(s)
 	}()
 	<-done

@@ -210,10 +210,11 @@ const APIPrefix = "/api/v1"
 
 // Handle routes one request.
 func (a *API) Handle(ctx *fasthttp.RequestCtx) {
+	route := metrics.RouteOther
+	defer a.recoverHandler(ctx, &route)
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
-	route := metrics.RouteOther
 	if ambiguousFraming(&ctx.Request.Header) {
 		a.writeError(ctx, openai.InvalidRequest("", "Request has both Content-Length and Transfer-Encoding."))
 		ctx.SetConnectionClose()

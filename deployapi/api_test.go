@@ -36,6 +36,12 @@ type testAPI struct {
 
 func startAPI(t *testing.T, fc fake.Config, mod func(*APIConfig)) *testAPI {
 	t.Helper()
+	return startAPILog(t, fc, mod, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startAPILog is startAPI with the API logging to log.
+func startAPILog(t *testing.T, fc fake.Config, mod func(*APIConfig), log *slog.Logger) *testAPI {
+	t.Helper()
 	cfg := APIConfig{
 		Model:             testModel,
 		Version:           "test",
@@ -50,7 +56,6 @@ func startAPI(t *testing.T, fc fake.Config, mod func(*APIConfig)) *testAPI {
 	rt := fake.New(fc)
 	keys := apikeys.NewStatic()
 	secret, key := keys.Add("test")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	api := NewAPI(cfg, rt, keys, metrics.NewNode("test"), log)
 	api.SetWarm(true)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -54,6 +54,10 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 }
 
 func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
+	if a.logPanic(err) {
+		a.writeError(ctx, openai.InternalError())
+		return
+	}
 	e := openai.RuntimeError(err)
 	switch {
 	case errors.Is(err, llm.ErrUnavailable):

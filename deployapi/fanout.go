@@ -44,7 +44,7 @@ func (s *single) Wait() {
 }
 
 func (s *single) Recv() (int, llm.Event, error) {
-	ev, err := s.s.Recv()
+	ev, err := recvSafe(s.s)
 	return 0, ev, err
 }
 
@@ -85,7 +85,7 @@ func (f *fanout) pump(i int, g llm.Stream) {
 	defer f.wg.Done()
 	defer g.Close()
 	for {
-		ev, err := g.Recv()
+		ev, err := recvSafe(g)
 		if errors.Is(err, io.EOF) {
 			ev, err = llm.Event{Done: true}, nil // ended without a final event
 		}
@@ -138,7 +138,7 @@ func (f *fanout) Close() error {
 func startChoices(ctx context.Context, n int, start func(ctx context.Context, i int) (llm.Stream, error),
 	ended func(i int, err error)) (choiceStream, error) {
 	if n == 1 {
-		s, err := start(ctx, 0)
+		s, err := startSafe(func() (llm.Stream, error) { return start(ctx, 0) })
 		if err != nil {
 			ended(0, err)
 			return nil, err
@@ -153,7 +153,7 @@ func startChoices(ctx context.Context, n int, start func(ctx context.Context, i 
 	for i := range n {
 		go func() {
 			defer wg.Done()
-			gens[i], errs[i] = start(ctx, i)
+			gens[i], errs[i] = startSafe(func() (llm.Stream, error) { return start(ctx, i) })
 		}()
 	}
 	wg.Wait()

@@ -48,6 +48,13 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 			hc.Close()
 			return
 		}
+		defer func() {
+			if v := recover(); v != nil { // recover.go
+				a.logPanic(recovered(v))
+				hc.Close()
+				b.Close()
+			}
+		}()
 		// ctx stays valid until this function returns.
 		keep := !ctx.Response.Header.ConnectionClose()
 		ok := b.relay(hc, ctx.Response.Header.Header())

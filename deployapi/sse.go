@@ -204,7 +204,7 @@ func (b *sseBody) fill() time.Time {
 		if err != nil {
 			// The response has started: report the failure in the stream's
 			// own format, then end it cleanly.
-			if c.gctx.Err() == nil {
+			if !c.api.logPanic(err) && c.gctx.Err() == nil {
 				c.api.log.Warn("generation failed mid-stream", "err", err)
 			}
 			b.buf = b.sink.fail(b.buf, openai.RuntimeError(err))

@@ -63,6 +63,11 @@ type Config struct {
 	// mid-stream failure.
 	StreamErr error
 	FailAfter int
+	// ChatPanic, if set, is what Chat and Embed panic with; StreamPanic is what
+	// Recv panics with after FailAfter tokens: a bug on the relay's path,
+	// for the API's recovery tests.
+	ChatPanic   any
+	StreamPanic any
 	// ReadyErr is returned by Ready.
 	ReadyErr error
 
@@ -154,6 +159,9 @@ func (r *Runtime) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	r.last = cloneRequest(req)
 	r.mu.Unlock()
 
+	if cfg.ChatPanic != nil {
+		panic(cfg.ChatPanic)
+	}
 	if cfg.ChatDelay > 0 {
 		t := time.NewTimer(cfg.ChatDelay)
 		select {
@@ -365,6 +373,9 @@ func (s *stream) Recv() (llm.Event, error) {
 		s.info.markCancelled()
 		return s.fail(fmt.Errorf("fake runtime: generation stopped: %w", err))
 	}
+	if s.cfg.StreamPanic != nil && s.i >= s.cfg.FailAfter {
+		panic(s.cfg.StreamPanic)
+	}
 	if s.cfg.StreamErr != nil && s.i >= s.cfg.FailAfter {
 		s.info.end()
 		return s.fail(fmt.Errorf("fake runtime: stream failed: %w", s.cfg.StreamErr))
@@ -544,6 +555,9 @@ func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 	r.lastEmbed = &llm.EmbedRequest{Input: append([]string(nil), req.Input...), Dimensions: req.Dimensions}
 	r.embedsStarted++
 	r.mu.Unlock()
+	if cfg.ChatPanic != nil {
+		panic(cfg.ChatPanic)
+	}
 	if cfg.Hold != nil {
 		select {
 		case <-cfg.Hold:
