@@ -113,6 +113,10 @@ type Config struct {
 	// firewall rules and SSH keys to enforce (standalone mode).
 	DesiredStateFile string
 
+	// MaxProcs is how many processors run hearthd's Go code at once
+	// (GOMAXPROCS); 0 chooses (Procs).
+	MaxProcs int
+
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 }
@@ -136,6 +140,23 @@ func Defaults() Config {
 		LogLevel:          "info",
 		Reasoning:         true,
 	}
+}
+
+// Procs is the GOMAXPROCS hearthd runs with, given the processors Go
+// chose at start (cpus: the CPUs it may use, within its affinity and CPU
+// quota) and the GOMAXPROCS environment variable: MaxProcs if set, else
+// the variable's choice (0: leave it), else a quarter of cpus, at least 1.
+// hearthd relays tokens; the model runtime beside it is what needs the
+// cores, and Go's scheduler spread over idle processors costs a relay CPU
+// per token in wake-ups and work stealing (BENCHMARKS.md).
+func (c Config) Procs(cpus int, env string) int {
+	switch {
+	case c.MaxProcs > 0:
+		return c.MaxProcs
+	case env != "":
+		return 0
+	}
+	return max(1, cpus/4)
 }
 
 // AdminSocketPath is AdminSocket or its default under StateDir.
@@ -208,6 +229,9 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.StringVar(&c.AuthorizedKeysFile, "authorized-keys-file", c.AuthorizedKeysFile, "Manage this authorized_keys file instead of ssh_user's. Neither set: SSH keys are not managed.")
 	fs.StringVar(&c.DesiredStateFile, "desired-state-file", c.DesiredStateFile, `Standalone mode (no control_url): enforce the firewall rules and SSH keys in this JSON file ({"firewall_rules":[…],"ssh_keys":[…]}), re-read when it changes; an invalid file leaves the last applied state in force.`)
 
+	fs.IntVar(&c.MaxProcs, "max-procs", c.MaxProcs, "Processors that run hearthd's own code at once (Go's GOMAXPROCS). 0: a quarter of the CPUs hearthd may use, at least 1, unless the GOMAXPROCS environment variable says otherwise; the other CPUs are left to the model runtime. "+
+		"A relay spread over more processors spends more CPU per token for the same streams (BENCHMARKS.md); raise it when hearthd itself runs at max_procs cores busy.")
+
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (any case).")
 	return &config.Loader{
 		Program: "hearthd", Schema: fs,
@@ -253,6 +277,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes != 0 && c.MaxBodyBytes < 1024 {
 		p.Add("max-body-bytes", "must be 0 (from the context length) or at least 1024, got %d", c.MaxBodyBytes)
+	}
+	if c.MaxProcs < 0 {
+		p.Add("max-procs", "must be 0 (chosen from the CPUs) or more, got %d", c.MaxProcs)
 	}
 	if c.MaxOutputTokens < 0 {
 		p.Add("max-output-tokens", "must be 0 (the context length) or more, got %d", c.MaxOutputTokens)

@@ -142,6 +142,7 @@ firewall = true
 ssh_user = "customer"
 authorized_keys_file = "/home/customer/.ssh/authorized_keys"
 desired_state_file = "/etc/hearth/desired.json"
+max_procs = 3
 log_level = "debug"
 `
 
@@ -188,6 +189,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		SSHUser:             "customer",
 		AuthorizedKeysFile:  "/home/customer/.ssh/authorized_keys",
 		DesiredStateFile:    "/etc/hearth/desired.json",
+		MaxProcs:            3,
 		LogLevel:            "debug",
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -432,6 +434,7 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 		{"metrics listen", `metrics_listen = "9464"`, "config metrics-listen:"},
 		{"ollama bin", "ollama_start = true\nollama_bin = \"\"", "config ollama-bin:"},
 		{"body limit", "max_body_bytes = 1000", "config max-body-bytes:"},
+		{"negative procs", "max_procs = -1", "config max-procs:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
@@ -443,6 +446,31 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 				t.Fatalf("error %v, want it to name %q", err, tc.key)
 			}
 		})
+	}
+}
+
+// hearthd takes a quarter of the CPUs it may use unless told otherwise:
+// by max_procs first, then by the GOMAXPROCS variable, which Go applied.
+func TestProcs(t *testing.T) {
+	for _, tc := range []struct {
+		maxProcs, cpus int
+		env            string
+		want           int
+	}{
+		{0, 1, "", 1},
+		{0, 2, "", 1},
+		{0, 7, "", 1},
+		{0, 8, "", 2},
+		{0, 64, "", 16},
+		{0, 64, "8", 0}, // the variable's choice stands
+		{3, 64, "8", 3},
+		{5, 2, "", 5},
+	} {
+		c := Defaults()
+		c.MaxProcs = tc.maxProcs
+		if got := c.Procs(tc.cpus, tc.env); got != tc.want {
+			t.Errorf("max_procs %d, %d CPUs, GOMAXPROCS=%q: %d, want %d", tc.maxProcs, tc.cpus, tc.env, got, tc.want)
+		}
 	}
 }
 

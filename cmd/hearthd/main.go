@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -87,6 +88,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	lvl, _ := config.LogLevel(cfg.LogLevel) // checked by Validate
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	res.WarnUnknownEnv(log)
+	cpus := runtime.GOMAXPROCS(0)
+	if n := cfg.Procs(cpus, os.Getenv("GOMAXPROCS")); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	return daemon.Run(ctx, cfg, version, log)
 }
 
