@@ -50,7 +50,7 @@ func recvSafe(s llm.Stream) (ev llm.Event, err error) {
 	return s.Recv()
 }
 
-// startSafe is start(ctx, i) with a panic returned as its error.
+// startSafe is start() with a panic returned as its error.
 func startSafe(start func() (llm.Stream, error)) (s llm.Stream, err error) {
 	defer func() {
 		if v := recover(); v != nil {
