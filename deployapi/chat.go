@@ -111,6 +111,7 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 		clientGone := sl.gctx.Err() != nil
 		sl.finish() // every slot is settled by the callback above
 		if clientGone && !errors.Is(err, llm.ErrTimeout) {
+			a.logPanic(err) // nobody to answer, but a bug to report
 			a.m.ChatCompletion(metrics.FinishCancelled, streamed)
 			return nil, false // client gone or shutting down: nobody to answer
 		}

@@ -36,6 +36,7 @@ func (a *API) logPanic(err error) bool {
 	if !errors.As(err, &pe) {
 		return false
 	}
+	a.m.PanicRecovered()
 	a.log.Error("request failed: recovered from a panic", "panic", fmt.Sprint(pe.v), "stack", string(pe.stack))
 	return true
 }

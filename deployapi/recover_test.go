@@ -61,6 +61,9 @@ func TestPanicFailsOnlyItsRequest(t *testing.T) {
 			if l := logs.String(); !strings.Contains(l, "recovered from a panic") || !strings.Contains(l, "panic=boom") || !strings.Contains(l, "llm/fake/fake.go") {
 				t.Fatalf("panic not logged with its stack:\n%s", l)
 			}
+			if n := counterValue(t, ta, "hearth_panics_recovered_total", nil); n != 1 {
+				t.Fatalf("hearth_panics_recovered_total %v, want 1", n)
+			}
 			// The slots are free: as many requests as there are slots at once.
 			ta.rt.SetConfig(ok)
 			done := make(chan int, 2)

@@ -75,6 +75,7 @@ func scriptedNode() *Node {
 	n.RegisterControlSync(func() time.Time { return start.Add(75 * time.Second) })
 	n.DesiredStateReceived()
 	n.DesiredStateReceived()
+	n.PanicRecovered()
 	return n
 }
 

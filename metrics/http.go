@@ -37,6 +37,7 @@ type routeCode struct {
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	children *childCache[routeCode]
+	panics   prometheus.Counter
 }
 
 func newHTTPMetrics() *httpMetrics {
@@ -45,6 +46,10 @@ func newHTTPMetrics() *httpMetrics {
 			Name: "hearth_http_requests_total",
 			Help: "Deployment API requests answered, by route and HTTP status code.",
 		}, []string{"route", "code"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hearth_panics_recovered_total",
+			Help: "Panics on a request's path turned into that request's failure; each is a bug, logged with its stack.",
+		}),
 	}
 	m.children = newChildCache(func(k routeCode) prometheus.Counter {
 		return m.requests.WithLabelValues(k.route, strconv.Itoa(k.code))
@@ -52,7 +57,11 @@ func newHTTPMetrics() *httpMetrics {
 	return m
 }
 
-func (m *httpMetrics) register(reg prometheus.Registerer) { reg.MustRegister(m.requests) }
+func (m *httpMetrics) register(reg prometheus.Registerer) { reg.MustRegister(m.requests, m.panics) }
+
+// PanicRecovered counts a panic that failed one request instead of the
+// daemon.
+func (n *Node) PanicRecovered() { n.http.panics.Inc() }
 
 // Request counts one answered deployment API request. route is one of the
 // Route constants; code is the HTTP status sent.
