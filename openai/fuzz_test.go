@@ -161,3 +161,54 @@ func FuzzMustString(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSplitJSON checks splitObject and splitArray against encoding/json's
+// decoding into map[string]json.RawMessage and []json.RawMessage on every
+// valid JSON document, and that a value they return cannot be appended to
+// over its neighbour's bytes.
+func FuzzSplitJSON(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `[]`, ` { } `, "\t[ ]\n", `{"a":1}`, `[1,"x",null,true,false,{},[]]`,
+		`{"a" : {"b":[1,2,{"c":"}"}]} , "d":"\"]}" ,"a":2}`,
+		`{"k\u00e9y":"v","\ud800":1,"\"q\"":[]}`, "{\"bad \xff key\":0}",
+		`[ -1.5e+3 , 0 , "a\\" , [ [ ] ] ]`, `{"messages":[{"role":"user","content":"hi"}],"n":null}`,
+		`"not a container"`, `12`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		switch kindOf(b) {
+		case "object":
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := splitObject(b)
+			if got == nil || len(got) != len(want) {
+				t.Fatalf("splitObject(%q) = %q, encoding/json gives %q", b, got, want)
+			}
+			for k, v := range want {
+				if g, ok := got[k]; !ok || !bytes.Equal(g, v) || cap(g) != len(g) {
+					t.Fatalf("splitObject(%q)[%q] = %q (cap %d), encoding/json gives %q", b, k, g, cap(g), v)
+				}
+			}
+		case "array":
+			var want []json.RawMessage
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := splitArray(b)
+			if got == nil || len(got) != len(want) {
+				t.Fatalf("splitArray(%q) = %q, encoding/json gives %q", b, got, want)
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) || cap(got[i]) != len(got[i]) {
+					t.Fatalf("splitArray(%q)[%d] = %q (cap %d), encoding/json gives %q", b, i, got[i], cap(got[i]), want[i])
+				}
+			}
+		}
+	})
+}

@@ -21,6 +21,12 @@ type object map[string]json.RawMessage
 
 // decodeBody decodes a request body that must be a JSON object.
 func decodeBody(body []byte) (object, *Error) {
+	if json.Valid(body) && kindOf(body) == "object" {
+		// A copy, as encoding/json's raw values are: the decoded request
+		// may keep raw JSON (a schema, tool parameters) past the buffer
+		// the body was read into.
+		return dropNulls(splitObject(append([]byte(nil), body...))), nil
+	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, bodyError(err)
@@ -133,11 +139,7 @@ func mustString(raw []byte) string {
 	return s
 }
 
-func mustArray(raw []byte) []json.RawMessage {
-	var a []json.RawMessage
-	_ = json.Unmarshal(raw, &a)
-	return a
-}
+func mustArray(raw []byte) []json.RawMessage { return splitArray(raw) }
 
 func asString(raw []byte, param string) (string, *Error) {
 	if kindOf(raw) != "string" {
@@ -172,9 +174,7 @@ func asObject(raw []byte, param string) (object, *Error) {
 	if kindOf(raw) != "object" {
 		return nil, typeError(param, "an object", raw)
 	}
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &m)
-	return dropNulls(m), nil
+	return dropNulls(splitObject(raw)), nil
 }
 
 // rawObject accepts a JSON object and keeps it as it is.

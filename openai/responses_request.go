@@ -543,11 +543,7 @@ func (d *responsesDecoder) decodeMetadata(raw json.RawMessage, param string) *Er
 	return nil
 }
 
-func mustObject(raw []byte) object {
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &m)
-	return dropNulls(m)
-}
+func mustObject(raw []byte) object { return dropNulls(splitObject(raw)) }
 
 // appendEcho appends the request's settings as a response object repeats
 // them, each member followed by a comma.

@@ -1,0 +1,129 @@
+package openai
+
+import "encoding/json"
+
+// The request decoders take a body apart one level at a time: an object's
+// members, an array's elements, each kept as raw JSON for its own decoder.
+// encoding/json does that through reflection, with a validating pass over
+// the bytes at every level and a copy of every raw value; for a small
+// request that was most of its decoding time (BenchmarkDecodeChatRequest),
+// and all of it sits between a request's arrival and the runtime starting
+// on it. The body is validated once (json.Valid), so splitting only needs
+// to find where each value ends. FuzzSplitJSON checks every result against
+// encoding/json's.
+
+// splitObject returns the members of raw, a valid JSON object, as
+// encoding/json's map[string]json.RawMessage decoding would: keys unquoted,
+// the last of duplicate keys kept, values without surrounding whitespace.
+// The values share raw's bytes, capped so that an append copies.
+func splitObject(raw []byte) map[string]json.RawMessage {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil
+	}
+	m := make(map[string]json.RawMessage)
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return m
+	}
+	for i < len(raw) {
+		k := i
+		i = skipString(raw, i)
+		key := mustString(raw[k:i])
+		i = skipSpace(raw, i)
+		i = skipSpace(raw, i+1) // the colon
+		v := i
+		i = skipValue(raw, i)
+		m[key] = raw[v:i:i]
+		i = skipSpace(raw, i)
+		if i >= len(raw) || raw[i] != ',' {
+			break // the closing brace
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return m
+}
+
+// splitArray returns the elements of raw, a valid JSON array, as
+// encoding/json's []json.RawMessage decoding would (empty, not nil, for
+// []), sharing raw's bytes like splitObject.
+func splitArray(raw []byte) []json.RawMessage {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '[' {
+		return nil
+	}
+	a := []json.RawMessage{}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		return a
+	}
+	for i < len(raw) {
+		v := i
+		i = skipValue(raw, i)
+		a = append(a, raw[v:i:i])
+		i = skipSpace(raw, i)
+		if i >= len(raw) || raw[i] != ',' {
+			break // the closing bracket
+		}
+		i = skipSpace(raw, i+1)
+	}
+	return a
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i].
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++ // the escaped byte cannot end the string
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value that starts at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	// A number or a literal runs to the next delimiter.
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
