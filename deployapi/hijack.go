@@ -42,6 +42,21 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 	// it not (the connection failed in between), the completion must still
 	// end, or its slot would stay taken.
 	start := startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
+	// The head and the first events are written from here, without waiting
+	// for the handler to return and the hijack's goroutine to start (which
+	// under load waits its turn to run), when nothing of an earlier response
+	// can still sit in fasthttp's write buffer: on the connection's first
+	// request, which after a stream is every request (ServeConn below starts
+	// the connection afresh). fasthttp names itself in a header only after
+	// the handler, so the head does it here.
+	early := ctx.ConnRequestNum() == 1
+	headOK := false
+	if early {
+		if len(ctx.Response.Header.Server()) == 0 {
+			ctx.Response.Header.SetServer(srv.Name)
+		}
+		headOK = b.writeHead(ctx.Conn(), ctx.Response.Header.Header())
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(hc net.Conn) {
 		if !start() {
@@ -57,7 +72,12 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 		}()
 		// ctx stays valid until this function returns.
 		keep := !ctx.Response.Header.ConnectionClose()
-		ok := b.relay(hc, ctx.Response.Header.Header())
+		var ok bool
+		if early {
+			ok = headOK && b.relayRest(hc)
+		} else {
+			ok = b.writeHead(hc, ctx.Response.Header.Header()) && b.relayRest(hc)
+		}
 		b.Close() // the completion ends, and the peer watch with it
 		if !ok || !keep || a.draining.Load() {
 			hc.Close()
@@ -93,12 +113,11 @@ func startWithin(d time.Duration, expire func()) (start func() bool) {
 	}
 }
 
-// relay writes the response head, then the stream as HTTP/1.1 chunks, one
-// write per burst of events, on conn, and reports whether it wrote the
-// whole response.
-func (b *sseBody) relay(conn net.Conn, head []byte) bool {
-	stall := b.c.api.cfg.WriteStallTimeout
-	b.deadline = time.Now().Add(stall)
+// writeHead writes the response head on conn with the opening and the
+// events the runtime has sent already, and reports whether it could;
+// relayRest then writes the rest of the stream.
+func (b *sseBody) writeHead(conn net.Conn, head []byte) bool {
+	b.deadline = time.Now().Add(b.c.api.cfg.WriteStallTimeout)
 	if conn.SetWriteDeadline(b.deadline) != nil {
 		return false
 	}
@@ -116,7 +135,18 @@ func (b *sseBody) relay(conn net.Conn, head []byte) bool {
 		}
 	}
 	b.put()
-	if _, err := conn.Write(first); err != nil {
+	_, err := conn.Write(first)
+	return err == nil
+}
+
+// relayRest writes the stream after its head (writeHead) as HTTP/1.1
+// chunks, one write per burst of events, on conn, and reports whether it
+// wrote the whole response.
+func (b *sseBody) relayRest(conn net.Conn) bool {
+	stall := b.c.api.cfg.WriteStallTimeout
+	// Set again: fasthttp clears the connection's deadlines before the
+	// hijack when the head was written from the handler.
+	if conn.SetWriteDeadline(b.deadline) != nil {
 		return false
 	}
 	for !b.finished {

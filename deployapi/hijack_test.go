@@ -110,6 +110,49 @@ func TestPipelinedRequestsAfterAStream(t *testing.T) {
 	}
 }
 
+// A stream that is not its connection's first request (a response went
+// before it, pipelined or not) has its head written after the handler,
+// behind that response, and is the same stream.
+func TestStreamAfterAResponseOnItsConnection(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 3}, nil)
+	stream := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
+	readModels := func(br *bufio.Reader) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
+			t.Fatalf("models: %d %v", resp.StatusCode, m)
+		}
+	}
+	for _, pipelined := range []bool{false, true} {
+		conn, br := ta.dialRaw(t)
+		if pipelined {
+			if _, err := io.WriteString(conn, models+ta.rawPost("/chat/completions", stream)); err != nil {
+				t.Fatal(err)
+			}
+			readModels(br)
+		} else {
+			if _, err := io.WriteString(conn, models); err != nil {
+				t.Fatal(err)
+			}
+			readModels(br)
+			if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", stream)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if resp := readStream(t, br); resp.Close {
+			t.Fatalf("pipelined %v: Connection: close", pipelined)
+		}
+		if _, err := io.WriteString(conn, models); err != nil {
+			t.Fatal(err)
+		}
+		readModels(br)
+	}
+}
+
 // A stream that ends while the server drains closes its connection: the
 // next request goes to a server that is not shutting down.
 func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
