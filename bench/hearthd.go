@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/systemd"
 )
 
 // HearthdOptions start one hearthd process.
@@ -101,7 +102,8 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 		args = append(args, "--max-queue", strconv.Itoa(o.MaxQueue))
 	}
 	args = append(args, o.Extra...)
-	h, err := startProcess(ctx, o.Bin, args, nil, o.Log, "http://"+addr, "/readyz", o.ReadyTimeout)
+	// As the unit runs it: what it costs is measured as it ships.
+	h, err := startProcess(ctx, o.Bin, args, systemd.HearthdEnvironment(), o.Log, "http://"+addr, "/readyz", o.ReadyTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("hearthd: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,5 +179,24 @@ func TestUnitContracts(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(string(m[1])); n <= 30 {
 		t.Fatalf("TimeoutStopSec=%ds does not outlast the 30s drain", n)
+	}
+}
+
+// What hearthd.service sets in hearthd's environment reaches the
+// benchmark (HearthdEnvironment), written so that splitting at spaces
+// reads it as systemd does.
+func TestUnitEnvironment(t *testing.T) {
+	env := HearthdEnvironment()
+	if !slices.Contains(env, "GODEBUG=schedtrace=2147483647") {
+		t.Fatalf("hearthd.service environment %q lacks the scheduler setting", env)
+	}
+	for _, kv := range env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(kv, "\"'\\$%") {
+			t.Errorf("Environment= assignment %q: write it as NAME=value, unquoted", kv)
+		}
+	}
+	got := unitEnvironment("[Service]\nEnvironment=A=1 B=2\n  Environment=C=3\nEnvironmentFile=/x\n# Environment=D=4\n")
+	if want := []string{"A=1", "B=2", "C=3"}; !slices.Equal(got, want) {
+		t.Fatalf("unitEnvironment = %q, want %q", got, want)
 	}
 }

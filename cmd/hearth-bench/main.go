@@ -29,6 +29,7 @@ import (
 
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/nginxtest"
+	"github.com/hearthd/hearth/systemd"
 )
 
 const usage = `usage:
@@ -213,6 +214,9 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 
 	rep := &bench.Report{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench run " + strings.Join(args, " ")}
+	if env := systemd.HearthdEnvironment(); len(env) > 0 {
+		rep.Notes = append(rep.Notes, "hearthd ran with the environment hearthd.service gives it: `"+strings.Join(env, " ")+"`.")
+	}
 	mockURL, mockPID, stopMock, err := startMockProcess(ctx)
 	if err != nil {
 		return err
