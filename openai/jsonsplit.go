@@ -17,29 +17,19 @@ import "encoding/json"
 // the last of duplicate keys kept, values without surrounding whitespace.
 // The values share raw's bytes, capped so that an append copies.
 func splitObject(raw []byte) map[string]json.RawMessage {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return nil
-	}
 	m := make(map[string]json.RawMessage)
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return m
-	}
-	for i < len(raw) {
+	ok := eachItem(raw, '{', '}', func(i int) int {
 		k := i
 		i = skipString(raw, i)
 		key := mustString(raw[k:i])
-		i = skipSpace(raw, i)
-		i = skipSpace(raw, i+1) // the colon
+		i = skipSpace(raw, skipSpace(raw, i)+1) // past the colon
 		v := i
 		i = skipValue(raw, i)
 		m[key] = raw[v:i:i]
-		i = skipSpace(raw, i)
-		if i >= len(raw) || raw[i] != ',' {
-			break // the closing brace
-		}
-		i = skipSpace(raw, i+1)
+		return i
+	})
+	if !ok {
+		return nil
 	}
 	return m
 }
@@ -48,26 +38,38 @@ func splitObject(raw []byte) map[string]json.RawMessage {
 // encoding/json's []json.RawMessage decoding would (empty, not nil, for
 // []), sharing raw's bytes like splitObject.
 func splitArray(raw []byte) []json.RawMessage {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '[' {
+	a := []json.RawMessage{}
+	ok := eachItem(raw, '[', ']', func(i int) int {
+		end := skipValue(raw, i)
+		a = append(a, raw[i:end:end])
+		return end
+	})
+	if !ok {
 		return nil
 	}
-	a := []json.RawMessage{}
+	return a
+}
+
+// eachItem calls item with the index of each member or element of raw, a
+// valid JSON value that must open with open and close with close; item
+// returns the index after it. It reports false if raw is no such value.
+func eachItem(raw []byte, open, close byte, item func(i int) int) bool {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != open {
+		return false
+	}
 	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == ']' {
-		return a
+	if i < len(raw) && raw[i] == close {
+		return true
 	}
 	for i < len(raw) {
-		v := i
-		i = skipValue(raw, i)
-		a = append(a, raw[v:i:i])
-		i = skipSpace(raw, i)
+		i = skipSpace(raw, item(i))
 		if i >= len(raw) || raw[i] != ',' {
-			break // the closing bracket
+			break // the closing delimiter
 		}
 		i = skipSpace(raw, i+1)
 	}
-	return a
+	return true
 }
 
 func skipSpace(b []byte, i int) int {
