@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
@@ -23,14 +24,25 @@ type slot struct {
 	// finish leaves the gate and the drain's count and stops watching the
 	// peer, but keeps the limiter's slot (see release).
 	finish func()
+	// freed counts the slots given back: one by one as the generations
+	// of several choices end (releaseOne), the rest by release.
+	freed atomic.Int32
 }
 
 // release frees everything the slot holds.
 func (sl *slot) release(a *API) {
-	for range sl.n {
+	for sl.freed.Add(1) <= int32(sl.n) {
 		a.lim.release(sl.key.ID)
 	}
 	sl.finish()
+}
+
+// releaseOne frees the slot of one generation that ended (its runtime is
+// done with it) while the request's other choices go on.
+func (sl *slot) releaseOne(a *API) {
+	if sl.freed.Add(1) <= int32(sl.n) {
+		a.lim.release(sl.key.ID)
+	}
 }
 
 // admit runs every step before the runtime: the drain, the key, the gate

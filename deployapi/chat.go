@@ -130,6 +130,7 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 		gctx:    sl.gctx,
 		keyID:   sl.key.ID,
 		isSSE:   streamed,
+		sl:      sl,
 	}
 	c.choices = c.one[:]
 	if n > 1 {
@@ -155,6 +156,7 @@ type completion struct {
 	gctx    context.Context
 	keyID   string
 	isSSE   bool
+	sl      *slot
 	// logprobs: the request asked for them.
 	logprobs bool
 	// done reports the generation and frees its slots; called once, when
@@ -210,6 +212,11 @@ func (c *completion) end(i int, ev llm.Event) {
 		requests = 1
 	}
 	c.api.keys.RecordUsage(c.keyID, requests, int64(ev.PromptTokens), int64(ev.CompletionTokens))
+	if ev.Done && len(c.choices) > 1 {
+		// The runtime is done with this generation: its slot may serve
+		// another request while the other choices go on.
+		c.sl.releaseOne(c.api)
+	}
 }
 
 // usage is the completion's token counts for its answer: the prompt once

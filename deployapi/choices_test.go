@@ -183,6 +183,44 @@ func TestNChoicesTakeAndReleaseSlots(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the slots back", func() bool { return ta.api.lim.active() == 0 })
 }
 
+// A choice whose generation ended gives its slot back while the other
+// choices go on: another request can run in it.
+func TestNChoicesFreeSlotsAsTheyEnd(t *testing.T) {
+	hold := make(chan struct{})
+	odd := func(r *llm.Request) bool { return r.Options.Seed != nil && *r.Options.Seed%2 == 1 }
+	ta := startAPI(t, fake.Config{Tokens: []string{"x", "y"}, Hold: hold, HoldIf: odd},
+		func(c *APIConfig) { c.MaxConcurrent, c.MaxQueue = 2, 0 })
+	done := make(chan int)
+	go func() {
+		// Choice 0 samples with seed 10 and ends; choice 1 (seed 11) is held.
+		resp := ta.post(t, chatBody("hi", `,"n":2,"seed":10`), nil)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the first choice's slot back", func() bool {
+		return len(ta.rt.Streams()) == 2 && ta.api.lim.active() == 1
+	})
+	resp := ta.post(t, chatBody("hi", `,"seed":10`), nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("with one choice ended: %d, want 200", resp.StatusCode)
+	}
+	close(hold)
+	if code := <-done; code != 200 {
+		t.Fatalf("n=2: status %d", code)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the slots back", func() bool { return ta.api.lim.active() == 0 })
+	// Each slot was given back once: both can be taken again together.
+	resp = ta.post(t, chatBody("hi", `,"n":2`), nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || ta.api.lim.active() != 0 {
+		t.Fatalf("n=2 afterwards: %d, %d slots taken", resp.StatusCode, ta.api.lim.active())
+	}
+}
+
 // A client that leaves cancels every choice's generation.
 func TestNChoicesDisconnectCancelsAll(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)

@@ -38,6 +38,9 @@ type Config struct {
 	// is closed (or the stream is cancelled): a generation that lasts
 	// exactly as long as a test wants.
 	Hold <-chan struct{}
+	// HoldIf, if set, holds only the streams whose request it returns
+	// true for (one choice of several, told apart by its seed).
+	HoldIf func(*llm.Request) bool
 
 	// Reasoning, if set, are pieces of thinking streamed before the tokens
 	// when the request asks the model to think (Options.Think other than
@@ -173,6 +176,9 @@ func (r *Runtime) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	}
 	if cfg.ChatErr != nil {
 		return nil, cfg.ChatErr
+	}
+	if cfg.HoldIf != nil && !cfg.HoldIf(req) {
+		cfg.Hold = nil
 	}
 
 	toks := cfg.Tokens
