@@ -38,10 +38,6 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 	if a.draining.Load() {
 		ctx.Response.Header.SetConnectionClose()
 	}
-	// fasthttp starts the hijack handler once this handler returns; should
-	// it not (the connection failed in between), the completion must still
-	// end, or its slot would stay taken.
-	start := startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
 	// The head and the first events are written from here, without waiting
 	// for the handler to return and the hijack's goroutine to start (which
 	// under load waits its turn to run), when nothing of an earlier response
@@ -55,8 +51,12 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 		if len(ctx.Response.Header.Server()) == 0 {
 			ctx.Response.Header.SetServer(srv.Name)
 		}
-		headOK = b.writeHead(ctx.Conn(), ctx.Response.Header.Header())
+		headOK = a.writeHeadSafe(b, ctx.Conn(), ctx.Response.Header.Header())
 	}
+	// fasthttp starts the hijack handler once this handler returns; should
+	// it not (the connection failed in between), the completion must still
+	// end, or its slot would stay taken.
+	start := startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(hc net.Conn) {
 		if !start() {
@@ -111,6 +111,19 @@ func startWithin(d time.Duration, expire func()) (start func() bool) {
 		t.Stop()
 		return true
 	}
+}
+
+// writeHeadSafe is writeHead in the handler: a panic fails this stream
+// (recover.go), which the hijack then closes, as one in the hijack's own
+// goroutine would.
+func (a *API) writeHeadSafe(b *sseBody, conn net.Conn, head []byte) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.logPanic(recovered(v))
+			ok = false
+		}
+	}()
+	return b.writeHead(conn, head)
 }
 
 // writeHead writes the response head on conn with the opening and the

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/fake"
@@ -81,5 +82,35 @@ func TestPanicFailsOnlyItsRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A panic while the handler writes a stream's head (the connection's
+// first request) fails that stream: the connection closes without an
+// answer, the panic is logged and counted, and the slot is free again.
+func TestPanicWritingAStreamsHead(t *testing.T) {
+	var logs testutil.SyncBuffer
+	ta := startAPILog(t, fake.Config{Tokens: []string{"x"}, BufferedPanic: "boom"},
+		func(c *APIConfig) { c.MaxConcurrent, c.MaxQueue = 1, 0 }, slog.New(slog.NewTextHandler(&logs, nil)))
+	conn, br := ta.dialRaw(t)
+	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(br); err != nil || len(b) != 0 {
+		t.Fatalf("read %q, %v: want the connection closed without an answer", b, err)
+	}
+	if l := logs.String(); !strings.Contains(l, "recovered from a panic") || !strings.Contains(l, "panic=boom") {
+		t.Fatalf("panic not logged:\n%s", l)
+	}
+	if n := counterValue(t, ta, "hearth_panics_recovered_total", nil); n != 1 {
+		t.Fatalf("hearth_panics_recovered_total %v, want 1", n)
+	}
+	ta.rt.SetConfig(fake.Config{Tokens: []string{"x"}})
+	testutil.WaitFor(t, 10*time.Second, "the slot back", func() bool { return ta.api.lim.active() == 0 })
+	resp := ta.post(t, chatBody("hi", ""), nil)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the panic: status %d, want 200 (the slot kept?)", resp.StatusCode)
 	}
 }

@@ -71,6 +71,9 @@ type Config struct {
 	// for the API's recovery tests.
 	ChatPanic   any
 	StreamPanic any
+	// BufferedPanic, if set, is what a stream's Buffered panics with (the
+	// relay asks it before writing a stream's head).
+	BufferedPanic any
 	// ReadyErr is returned by Ready.
 	ReadyErr error
 
@@ -426,6 +429,15 @@ func (s *stream) Recv() (llm.Event, error) {
 func (s *stream) fail(err error) (llm.Event, error) {
 	s.ended, s.err = true, err
 	return llm.Event{}, err
+}
+
+// Buffered implements llm.Buffered: the next Recv waits for its delay,
+// so never (unless BufferedPanic is set).
+func (s *stream) Buffered() bool {
+	if s.cfg.BufferedPanic != nil {
+		panic(s.cfg.BufferedPanic)
+	}
+	return false
 }
 
 func (s *stream) Close() error {
