@@ -75,8 +75,10 @@ wait_for "hearth-control" "$ctl_pid" curl -fsS "$control_url/v1/openapi.json"
 
 # The node, enrolled with a one-time token.
 enroll=$("$bin/hearth-control" enrollment-tokens create --uses 1 --ttl 1h --state-dir "$var/control" 2>/dev/null)
+# hearthd runs with the environment its systemd unit gives it (GODEBUG).
+mapfile -t unit_env < <(sed -n 's/^Environment=//p' systemd/hearthd.service)
 # shellcheck disable=SC2086 # $params is a list of flags
-"$bin/hearthd" serve \
+env "${unit_env[@]}" "$bin/hearthd" serve \
   --listen "127.0.0.1:$api_port" \
   --metrics-listen "127.0.0.1:$metrics_port" \
   --state-dir "$var/state" \
