@@ -20,6 +20,7 @@ import (
 
 	"github.com/hearthd/hearth/internal/proctest"
 	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/systemd"
 )
 
 // ErrBackendUnsupported means the control plane under test cannot run on the
@@ -183,7 +184,8 @@ func (cp *ControlPlane) startReplica(ctx context.Context, o ControlOptions, i in
 		args = append(args, "--database-url", o.DatabaseURL)
 	}
 	args = append(args, o.Extra...)
-	var env []string
+	// The replica runs with the environment its unit gives it.
+	env := systemd.ControlEnvironment()
 	if o.Pprof {
 		paddr, err := testutil.FreeAddr()
 		if err != nil {

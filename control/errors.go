@@ -135,9 +135,9 @@ func decodeJSON(r *http.Request, v any) *apiError {
 	// not, so "Name" is an unknown field rather than a silent alias.
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) == nil {
-		known := jsonFields(reflect.TypeOf(v).Elem())
+		t := reflect.TypeOf(v).Elem()
 		for k := range top {
-			if !known[k] {
+			if !hasJSONField(t, k) {
 				return invalid(k, "unknown field %q (field names are case-sensitive)", k)
 			}
 		}
@@ -145,17 +145,20 @@ func decodeJSON(r *http.Request, v any) *apiError {
 	return nil
 }
 
-// jsonFields returns the JSON names of a struct type's fields.
-func jsonFields(t reflect.Type) map[string]bool {
-	out := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" {
-			name = t.Field(i).Name
+// hasJSONField tells whether a struct type has a field of that JSON name.
+// A walk of its few fields, not a map built per request: every node
+// report comes through here.
+func hasJSONField(t reflect.Type, name string) bool {
+	for i := range t.NumField() {
+		n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if n == "" {
+			n = t.Field(i).Name
 		}
-		out[name] = true
+		if n == name {
+			return true
+		}
 	}
-	return out
+	return false
 }
 
 func decodeError(err error) *apiError {

@@ -8,6 +8,10 @@ import (
 	"github.com/hearthd/hearth/store"
 )
 
+// FirstSweepDone is closed once Run's first sweep has returned: a test
+// counting writes must not count that sweep's, whenever it gets to run.
+func FirstSweepDone(s *Server) <-chan struct{} { return s.swept }
+
 // LongPollsWaiting reports how many node long-polls are waiting for a
 // change, so tests can make a change only once a poll really waits.
 func LongPollsWaiting(s *Server) int { return int(s.waiting.Load()) }

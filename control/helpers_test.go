@@ -251,6 +251,8 @@ func (e *env) start() {
 		defer close(e.done)
 		_ = srv.Run(ctx)
 	}()
+	// Run sweeps at once; a test starts after that sweep, not beside it.
+	<-control.FirstSweepDone(srv)
 }
 
 func (e *env) close() {

@@ -137,6 +137,9 @@ type Server struct {
 	// started bounds how long a node can have been silent: time the
 	// control plane itself was down does not count against nodes.
 	started time.Time
+	// swept is closed once Run's first sweep has returned.
+	swept     chan struct{}
+	sweptOnce sync.Once
 }
 
 // New builds a Server over an open store.
@@ -198,6 +201,7 @@ func New(cfg Config) (*Server, error) {
 		reported:  map[string]time.Time{},
 		persisted: map[string]seenRec{},
 		credNode:  map[string]string{},
+		swept:     make(chan struct{}),
 	}
 	s.w = s.st
 	s.shared, _ = s.st.(store.Shared)
@@ -307,6 +311,7 @@ func (s *Server) Run(ctx context.Context) error {
 		if err := s.Sweep(); err != nil {
 			s.log.Error("control sweep", "err", err)
 		}
+		s.sweptOnce.Do(func() { close(s.swept) })
 		select {
 		case <-ctx.Done():
 			return nil

@@ -63,7 +63,9 @@ wait_for() {
 
 # The control plane, with a management API token made before it starts.
 token=$("$bin/hearth-control" tokens create --project default --name make-run --state-dir "$var/control" 2>/dev/null)
-"$bin/hearth-control" serve \
+# Each daemon runs with the environment its systemd unit gives it (GODEBUG).
+mapfile -t control_env < <(sed -n 's/^Environment=//p' systemd/hearth-control.service)
+env "${control_env[@]}" "$bin/hearth-control" serve \
   --listen "127.0.0.1:$control_port" \
   --state-dir "$var/control" \
   --metrics-listen "127.0.0.1:$control_metrics_port" \
@@ -75,7 +77,6 @@ wait_for "hearth-control" "$ctl_pid" curl -fsS "$control_url/v1/openapi.json"
 
 # The node, enrolled with a one-time token.
 enroll=$("$bin/hearth-control" enrollment-tokens create --uses 1 --ttl 1h --state-dir "$var/control" 2>/dev/null)
-# hearthd runs with the environment its systemd unit gives it (GODEBUG).
 mapfile -t unit_env < <(sed -n 's/^Environment=//p' systemd/hearthd.service)
 # shellcheck disable=SC2086 # $params is a list of flags
 env "${unit_env[@]}" "$bin/hearthd" serve \

@@ -182,17 +182,19 @@ func TestUnitContracts(t *testing.T) {
 	}
 }
 
-// What hearthd.service sets in hearthd's environment reaches the
-// benchmark (HearthdEnvironment), written so that splitting at spaces
+// What hearthd.service and hearth-control.service set in their daemons'
+// environment reaches the benchmarks (HearthdEnvironment,
+// ControlEnvironment), written so that splitting at spaces
 // reads it as systemd does.
 func TestUnitEnvironment(t *testing.T) {
-	env := HearthdEnvironment()
-	if !slices.Contains(env, "GODEBUG=schedtrace=2147483647") {
-		t.Fatalf("hearthd.service environment %q lacks the scheduler setting", env)
-	}
-	for _, kv := range env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(kv, "\"'\\$%") {
-			t.Errorf("Environment= assignment %q: write it as NAME=value, unquoted", kv)
+	for unit, env := range map[string][]string{"hearthd.service": HearthdEnvironment(), "hearth-control.service": ControlEnvironment()} {
+		if !slices.Contains(env, "GODEBUG=schedtrace=2147483647") {
+			t.Fatalf("%s environment %q lacks the scheduler setting", unit, env)
+		}
+		for _, kv := range env {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(kv, "\"'\\$%") {
+				t.Errorf("%s: Environment= assignment %q: write it as NAME=value, unquoted", unit, kv)
+			}
 		}
 	}
 	got := unitEnvironment("[Service]\nEnvironment=A=1 B=2\n  Environment=C=3\nEnvironmentFile=/x\n# Environment=D=4\n")
