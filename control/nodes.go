@@ -130,8 +130,8 @@ func (s *Server) authNode(r *http.Request, rd store.KV) (string, *nodeRec, *apiE
 			return "", nil, unauthorized
 		}
 	}
-	var n nodeRec
-	if err := rd.Get(pfxNode+id, &n); err != nil || !hashesEqual(n.CredentialHash, h) {
+	n, err := s.readNode(rd, id)
+	if err != nil || !hashesEqual(n.CredentialHash, h) {
 		if ae := storeFailure(err); ae != nil {
 			return "", nil, ae
 		}
@@ -247,8 +247,8 @@ func (s *Server) desired(rd store.KV, nodeID string, after uint64) (d nodeapi.De
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 	}
-	var n nodeRec
-	if err := rd.Get(pfxNode+nodeID, &n); err != nil {
+	n, err := s.readNode(rd, nodeID)
+	if err != nil {
 		return d, false, fmt.Errorf("load node %s: %w", nodeID, err)
 	}
 	if n.Revision < after && rd != s.st {
@@ -257,14 +257,14 @@ func (s *Server) desired(rd store.KV, nodeID string, after uint64) (d nodeapi.De
 		// database decides, and the rest is read from it too, so it is
 		// never older than the revision.
 		rd = s.st
-		if err := rd.Get(pfxNode+nodeID, &n); err != nil {
+		if n, err = s.readNode(rd, nodeID); err != nil {
 			return d, false, fmt.Errorf("load node %s: %w", nodeID, err)
 		}
 	}
 	if n.Revision == after {
 		return d, false, nil
 	}
-	d, err := s.assemble(rd, n)
+	d, err = s.assemble(rd, n)
 	return d, err == nil, err
 }
 

@@ -115,6 +115,7 @@ type Server struct {
 
 	credMu   sync.Mutex
 	credNode map[string]string // node credential hash → node ID (authNode)
+	nodes    nodeMemo          // node records decoded from the read cache (readNode)
 
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed

@@ -111,6 +111,16 @@ func GetMany(kv KV, keys []string, fn func(key string, val []byte) error) error 
 	return nil
 }
 
+// RawGetter is implemented by stores that can hand out a record's stored
+// bytes themselves: with a read cache, the same slice for as long as the
+// record is unchanged, so a caller may keep what it decoded from that
+// slice and skip decoding it again.
+type RawGetter interface {
+	// GetRaw returns the record at key, or ErrNotFound. The bytes are
+	// shared: they must not be modified.
+	GetRaw(key string) ([]byte, error)
+}
+
 // Lagger is implemented by stores of a database shared by several
 // processes that keep a read cache (package pgstore).
 type Lagger interface {

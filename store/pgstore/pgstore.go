@@ -92,6 +92,8 @@ type Store struct {
 
 var (
 	_ store.Shared         = (*Store)(nil)
+	_ store.RawGetter      = (*Store)(nil)
+	_ store.RawGetter      = (*lagging)(nil)
 	_ store.Notifier       = (*batch)(nil)
 	_ store.AsyncCommitter = (*batch)(nil)
 )
@@ -220,6 +222,21 @@ func (s *Store) get(key string, v any, min *uint64) error {
 	return nil
 }
 
+// GetRaw returns the record at key as stored (store.RawGetter): the
+// cache's own slice while the record is unchanged.
+func (s *Store) GetRaw(key string) ([]byte, error) { return s.getRaw(key, nil) }
+
+func (s *Store) getRaw(key string, min *uint64) ([]byte, error) {
+	r, err := s.read(key, min)
+	if err != nil {
+		return nil, err
+	}
+	if !r.found {
+		return nil, store.ErrNotFound
+	}
+	return r.val, nil
+}
+
 func (s *Store) has(key string, min *uint64) (bool, error) {
 	r, err := s.read(key, min)
 	return r.found, err
@@ -331,6 +348,8 @@ type lagging struct {
 func (l *lagging) Get(key string, v any) error { return l.get(key, v, &l.min) }
 
 func (l *lagging) Has(key string) (bool, error) { return l.has(key, &l.min) }
+
+func (l *lagging) GetRaw(key string) ([]byte, error) { return l.getRaw(key, &l.min) }
 
 func (l *lagging) GetMany(keys []string, fn func(key string, val []byte) error) error {
 	return l.getMany(keys, fn, &l.min)

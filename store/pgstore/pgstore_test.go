@@ -660,3 +660,40 @@ func TestWriterLockAfterRestart(t *testing.T) {
 		t.Fatalf("read with the lock after a restart: %d, %v", v, err)
 	}
 }
+
+// TestGetRawSharesCachedBytes: a lagging reader hands out the cache's own
+// bytes while a record is unchanged (callers keep what they decoded from
+// them), and other bytes once a commit changed it.
+func TestGetRawSharesCachedBytes(t *testing.T) {
+	st := open(t, pg.Get(t).NewDatabase(t))
+	listen(t, st)
+	put := func(v string) {
+		t.Helper()
+		if err := st.Put("k", v); err != nil {
+			t.Fatal(err)
+		}
+		seq := st.DBSeq()
+		waitFor(t, "the cache to apply the commit", func() bool { s, _ := st.CacheSeq(); return s >= seq })
+	}
+	put("one")
+	rd := st.Lagging().(store.RawGetter)
+	get := func() []byte {
+		t.Helper()
+		raw, err := rd.GetRaw("k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	a, b := get(), get()
+	if string(a) != `"one"` || &a[0] != &b[0] {
+		t.Fatalf("unchanged record: %q then %q, shared %v", a, b, &a[0] == &b[0])
+	}
+	put("two")
+	if c := get(); string(c) != `"two"` || &c[0] == &a[0] {
+		t.Fatalf("after a commit: %q", c)
+	}
+	if _, err := rd.GetRaw("missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+}
