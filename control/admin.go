@@ -98,7 +98,7 @@ func (s *Server) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /admin/projects", func(w http.ResponseWriter, r *http.Request) {
 		var req AdminProjectRequest
-		if e := decodeJSON(r, &req); e != nil {
+		if e := s.decodeJSON(r, &req); e != nil {
 			writeError(w, e)
 			return
 		}
@@ -120,7 +120,7 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /admin/tokens", func(w http.ResponseWriter, r *http.Request) {
 		var req TokenSpec
-		if e := decodeJSON(r, &req); e != nil {
+		if e := s.decodeJSON(r, &req); e != nil {
 			writeError(w, e)
 			return
 		}
@@ -147,7 +147,7 @@ func (s *Server) AdminHandler() http.Handler {
 	})
 	mux.HandleFunc("POST /admin/enrollment-tokens", func(w http.ResponseWriter, r *http.Request) {
 		var req AdminEnrollmentRequest
-		if e := decodeJSON(r, &req); e != nil {
+		if e := s.decodeJSON(r, &req); e != nil {
 			writeError(w, e)
 			return
 		}

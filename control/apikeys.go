@@ -119,7 +119,7 @@ func (s *Server) createAPIKey(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, err
 	}
 	var req createAPIKeyReq
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		return result{}, e
 	}
 	expires, e := validateAPIKey(&req, rc.now)

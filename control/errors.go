@@ -118,7 +118,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // pointer to a struct), refusing unknown fields, and turns every decoding
 // failure into a 400 (or 413) that names the offending field where there is
 // one.
-func decodeJSON(r *http.Request, v any) *apiError {
+func (s *Server) decodeJSON(r *http.Request, v any) *apiError {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return decodeError(err)
@@ -135,9 +135,9 @@ func decodeJSON(r *http.Request, v any) *apiError {
 	// not, so "Name" is an unknown field rather than a silent alias.
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) == nil {
-		t := reflect.TypeOf(v).Elem()
+		known := s.jsonFields(reflect.TypeOf(v).Elem())
 		for k := range top {
-			if !hasJSONField(t, k) {
+			if !known[k] {
 				return invalid(k, "unknown field %q (field names are case-sensitive)", k)
 			}
 		}
@@ -145,20 +145,22 @@ func decodeJSON(r *http.Request, v any) *apiError {
 	return nil
 }
 
-// hasJSONField tells whether a struct type has a field of that JSON name.
-// A walk of its few fields, not a map built per request: every node
-// report comes through here.
-func hasJSONField(t reflect.Type, name string) bool {
-	for i := range t.NumField() {
-		n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if n == "" {
-			n = t.Field(i).Name
-		}
-		if n == name {
-			return true
-		}
+// jsonFields returns the JSON names of a struct type's fields, worked out
+// once per type: every node report comes through here.
+func (s *Server) jsonFields(t reflect.Type) map[string]bool {
+	if known, ok := s.fieldNames.Load(t); ok {
+		return known.(map[string]bool)
 	}
-	return false
+	known := map[string]bool{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		known[name] = true
+	}
+	s.fieldNames.Store(t, known)
+	return known
 }
 
 func decodeError(err error) *apiError {

@@ -71,7 +71,7 @@ func (s *Server) createRule(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, err
 	}
 	var req createRuleReq
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		return result{}, e
 	}
 	rule, err := firewall.Canonicalize(firewall.Rule{Direction: req.Direction, Protocol: req.Protocol,

@@ -24,7 +24,7 @@ const maxHostnameLen = 253
 // node, with its hardware, to the capacity pool.
 func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	var req nodeapi.EnrollRequest
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -342,7 +342,7 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var o nodeapi.Observed
-	if e := decodeJSON(r, &o); e != nil {
+	if e := s.decodeJSON(r, &o); e != nil {
 		writeError(w, e)
 		return
 	}

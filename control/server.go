@@ -116,6 +116,8 @@ type Server struct {
 	credMu   sync.Mutex
 	credNode map[string]string // node credential hash → node ID (authNode)
 	nodes    nodeMemo          // node records decoded from the read cache (readNode)
+	// fieldNames holds each request type's JSON field names (jsonFields).
+	fieldNames sync.Map
 
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed

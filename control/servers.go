@@ -171,7 +171,7 @@ func (s *Server) warmCreateServer(rc *reqCtx, body []byte) {
 
 func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	var req createServerReq
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		return result{}, e
 	}
 	if e := validateServer(&req); e != nil {
@@ -350,7 +350,7 @@ func (s *Server) patchServer(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, err
 	}
 	var req patchServerReq
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		return result{}, e
 	}
 	name, hasName, e := patchString(req.Name, "name")

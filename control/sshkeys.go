@@ -47,7 +47,7 @@ func validName(s string) bool {
 
 func (s *Server) createSSHKey(r *http.Request, rc *reqCtx) (result, error) {
 	var req createSSHKeyReq
-	if e := decodeJSON(r, &req); e != nil {
+	if e := s.decodeJSON(r, &req); e != nil {
 		return result{}, e
 	}
 	if !validName(req.Name) {
