@@ -991,3 +991,32 @@ func TestRolledBackStateReachesTheNode(t *testing.T) {
 		t.Fatalf("at the current revision: changed %v err %v", changed, err)
 	}
 }
+
+// Field names are matched exactly however they are spelled in the body:
+// an escape that spells a field's own name is that field, while one that
+// spells another case, or a Unicode fold of a letter (the Kelvin sign for
+// k), is an unknown field.
+func TestFieldNamesMatchExactly(t *testing.T) {
+	e := newEnv(t, nil)
+	for name, c := range map[string]struct {
+		body   func(pub string) string
+		status int
+		param  string
+	}{
+		"escaped, same name":  {func(p string) string { return `{"\u006eame":"k1","public_key":"` + p + `"}` }, 201, ""},
+		"escaped, other case": {func(p string) string { return `{"\u004eame":"k2","public_key":"` + p + `"}` }, 400, "Name"},
+		"Kelvin sign":         {func(p string) string { return `{"name":"k3","public_` + "\u212a" + `ey":"` + p + `"}` }, 400, "public_\u212aey"},
+		"escaped Kelvin sign": {func(p string) string { return `{"name":"k4","public_\u212aey":"` + p + `"}` }, 400, "public_\u212aey"},
+		"uppercase":           {func(p string) string { return `{"NAME":"k5","public_key":"` + p + `"}` }, 400, "NAME"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pub, _ := newKey(t, "ed25519")
+			a := e.req("POST", "/v1/ssh-keys", c.body(pub))
+			if c.status == 201 {
+				a.must(t, 201)
+				return
+			}
+			a.wantErr(t, c.status, control.CodeInvalidRequest, c.param)
+		})
+	}
+}

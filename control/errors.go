@@ -132,12 +132,19 @@ func (s *Server) decodeJSON(r *http.Request, v any) *apiError {
 		return invalid("", "request body must hold a single JSON object")
 	}
 	// encoding/json matches field names case-insensitively; the API does
-	// not, so "Name" is an unknown field rather than a silent alias.
+	// not, so "Name" is an unknown field rather than a silent alias. Where
+	// every field name is lowercase ASCII, only a body with an uppercase
+	// letter, a byte outside ASCII (Unicode folds, such as the Kelvin sign
+	// for k) or an escape can hold such an alias: the others, nearly every
+	// node report, skip the second parse.
+	f := s.jsonFields(reflect.TypeOf(v).Elem())
+	if f.lower && !mayAlias(body) {
+		return nil
+	}
 	var top map[string]json.RawMessage
 	if json.Unmarshal(body, &top) == nil {
-		known := s.jsonFields(reflect.TypeOf(v).Elem())
 		for k := range top {
-			if !known[k] {
+			if !f.known[k] {
 				return invalid(k, "unknown field %q (field names are case-sensitive)", k)
 			}
 		}
@@ -145,22 +152,45 @@ func (s *Server) decodeJSON(r *http.Request, v any) *apiError {
 	return nil
 }
 
+// fieldNames is what decodeJSON needs to know of a request type.
+type fieldNames struct {
+	known map[string]bool // the JSON names of its fields
+	lower bool            // every one lowercase ASCII (letters, digits, _)
+}
+
 // jsonFields returns the JSON names of a struct type's fields, worked out
 // once per type: every node report comes through here.
-func (s *Server) jsonFields(t reflect.Type) map[string]bool {
-	if known, ok := s.fieldNames.Load(t); ok {
-		return known.(map[string]bool)
+func (s *Server) jsonFields(t reflect.Type) fieldNames {
+	if f, ok := s.fieldNames.Load(t); ok {
+		return f.(fieldNames)
 	}
-	known := map[string]bool{}
+	f := fieldNames{known: map[string]bool{}, lower: true}
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		if name == "" {
 			name = t.Field(i).Name
 		}
-		known[name] = true
+		f.known[name] = true
+		for _, c := range []byte(name) {
+			if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+				f.lower = false
+			}
+		}
 	}
-	s.fieldNames.Store(t, known)
-	return known
+	s.fieldNames.Store(t, f)
+	return f
+}
+
+// mayAlias reports whether a JSON body could name a lowercase field in
+// another case: it holds an uppercase ASCII letter, a non-ASCII byte or an
+// escape.
+func mayAlias(body []byte) bool {
+	for _, c := range body {
+		if (c >= 'A' && c <= 'Z') || c >= 0x80 || c == '\\' {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeError(err error) *apiError {
