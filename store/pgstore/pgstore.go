@@ -209,14 +209,11 @@ func (s *Store) Has(key string) (bool, error) { return s.has(key, nil) }
 // get reads key from the cache where allowed (cache.lookup's min), else
 // from the database, raising *min to the commit the database read saw.
 func (s *Store) get(key string, v any, min *uint64) error {
-	r, err := s.read(key, min)
+	val, err := s.getRaw(key, min)
 	if err != nil {
 		return err
 	}
-	if !r.found {
-		return store.ErrNotFound
-	}
-	if err := json.Unmarshal(r.val, v); err != nil {
+	if err := json.Unmarshal(val, v); err != nil {
 		return fmt.Errorf("decode %q: %w", key, err)
 	}
 	return nil
