@@ -361,7 +361,7 @@ func (s *Server) expireAPIKeys(m *mutation, now time.Time) (bool, error) {
 			return false, fmt.Errorf("expiry index entry %q: %w", key, err)
 		}
 		if srv.Status != StatusDeleting {
-			s.log.Info("API key expired", "key", key[strings.LastIndexByte(key, '/')+1:], "server", srv.ID)
+			m.logInfo("API key expired", "key", key[strings.LastIndexByte(key, '/')+1:], "server", srv.ID)
 			return true, m.bump(srv.NodeID)
 		}
 		return true, nil

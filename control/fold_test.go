@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/nodeapi"
+	"github.com/hearthd/hearth/store"
 )
 
 // Reports that arrive while the change lock is busy are applied in one
@@ -41,25 +45,14 @@ func TestReportsFoldIntoOneChange(t *testing.T) {
 	reports[count-1].Revision += 100
 
 	before := control.ReportChanges(e.srv)
-	release, err := control.HoldChangeLock(e.srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Go(func() { errs[i] = n.client.ReportObserved(context.Background(), reports[i]) })
-	}
-	testutil.WaitFor(t, 10*time.Second, "every report queued behind the lock", func() bool {
-		return control.ReportsQueued(e.srv) == count
-	})
+	release, wait := queueReports(t, e, nodes, reports)
 	if got := control.ReportChanges(e.srv) - before; got != 0 {
 		t.Fatalf("%d report changes while the lock was held", got)
 	}
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	errs := wait()
 
 	for i, err := range errs[:count-1] {
 		if err != nil {
@@ -81,6 +74,90 @@ func TestReportsFoldIntoOneChange(t *testing.T) {
 	if control.ReportsQueued(e.srv) != 0 {
 		t.Fatal("reports left queued")
 	}
+}
+
+// serverReadFails fails the armed-th read of a server record after arm.
+type serverReadFails struct {
+	store.KV
+	armed atomic.Int64 // reads to let through, plus one; 0: disarmed
+}
+
+func (f *serverReadFails) Get(key string, v any) error {
+	if strings.Contains(key, "/srv/") && f.armed.Load() > 0 && f.armed.Add(-1) == 0 {
+		return errors.New("injected read failure")
+	}
+	return f.KV.Get(key, v)
+}
+
+// A fold whose report fails after staging writes is dropped and built
+// again without it: what the dropped change would have done is logged
+// never, what the rebuilt one did once (not once per attempt).
+func TestFoldRebuiltLogsEventsOnce(t *testing.T) {
+	logs := &testutil.SyncBuffer{}
+	e := newEnvWith(t, func(c *control.Config) {
+		c.SweepInterval = time.Hour
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}, false, "")
+	fails := &serverReadFails{}
+	e.wrap = func(kv store.KV) store.KV { fails.KV = kv; return fails }
+	e.restart()
+	const count = 3
+	nodes := make([]node, count)
+	reports := make([]nodeapi.Observed, count)
+	ids := make([]string, count)
+	for i := range nodes {
+		nodes[i] = e.enroll(hwM4)
+	}
+	for i := range nodes {
+		e.req("POST", "/v1/servers", serverBody(fmt.Sprintf("relog-%d", i))).must(t, 201)
+	}
+	for i, n := range nodes {
+		d := n.desired(t, 0)
+		ids[i], reports[i] = d.Server.ID, applied(d, fmt.Sprintf("192.0.2.%d", 30+i))
+	}
+	release, wait := queueReports(t, e, nodes, reports)
+	// The second report of the fold fails reading its server, after its
+	// node record was staged; the first one's change is then dropped too.
+	fails.armed.Store(2)
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	errs := wait()
+	failed := 0
+	out := logs.String()
+	for i, id := range ids {
+		want := 1
+		if errs[i] != nil {
+			failed++
+			want = 0
+		}
+		if got := strings.Count(out, `msg="server running" server=`+id); got != want {
+			t.Errorf("server %d (report error %v) logged running %d times, want %d:\n%s", i, errs[i], got, want, out)
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d reports failed, want the one whose read failed: %v", failed, errs)
+	}
+}
+
+// queueReports holds the change lock and has each node post its report,
+// returning once all wait behind the lock: release lets them through, wait
+// returns what each post returned.
+func queueReports(t *testing.T, e *env, nodes []node, reports []nodeapi.Observed) (release func() error, wait func() []error) {
+	t.Helper()
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = n.client.ReportObserved(context.Background(), reports[i]) })
+	}
+	testutil.WaitFor(t, 10*time.Second, "every report queued behind the lock", func() bool {
+		return control.ReportsQueued(e.srv) == len(nodes)
+	})
+	return release, func() []error { wg.Wait(); return errs }
 }
 
 // A node's second report while its first waits goes into a change of its

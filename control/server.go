@@ -95,12 +95,12 @@ type Server struct {
 	w store.KV
 	// shared is st as a database other replicas use too, or nil.
 	shared store.Shared
-	// held is set while mu is held through lock. pending are the syncs of
-	// the changes committed under it and woken the nodes they changed:
-	// unlock waits for the syncs after releasing the lock (group commit),
-	// then wakes the nodes.
+	// held is set while mu is held through lock. pending are the changes
+	// committed under it, and woken the nodes they changed: unlock waits
+	// for their syncs after releasing the lock (group commit), logs the
+	// events of each durable one, then wakes the nodes.
 	held    bool
-	pending []func() error
+	pending []pendingChange
 	woken   []string
 
 	watchMu sync.Mutex
@@ -268,10 +268,14 @@ func (s *Server) lock(ctx context.Context) (unlock func() error, err error) {
 			s.w, s.held, s.pending, s.woken = s.st, false, nil, nil
 			release()
 			s.mu.Unlock()
-			for _, wait := range pending {
-				if err := wait(); err != nil && syncErr == nil {
-					syncErr = err
+			for _, p := range pending {
+				if err := p.wait(); err != nil {
+					if syncErr == nil {
+						syncErr = err
+					}
+					continue
 				}
+				s.logEvents(p.events)
 			}
 			for _, id := range woken {
 				s.wakeNode(id)
@@ -356,6 +360,8 @@ type mutation struct {
 	// puts counts the records staged through put, so that a change that
 	// folds several nodes' reports tells which of them wrote anything.
 	puts int
+	// events are logged once the change is durable (logInfo).
+	events []logEvent
 }
 
 // dryRun starts a change to be tried without the change lock and then
@@ -374,17 +380,39 @@ func (m *mutation) preload(n *nodeRec) {
 	}
 }
 
-// logInfo logs an event of the change, unless it is a dry run.
+// logInfo notes an event of the change, logged once the change is durable:
+// never for a dry run, a change discarded (a fold rebuilt without a refused
+// report) or one whose commit failed.
 func (m *mutation) logInfo(msg string, args ...any) {
 	if !m.dry {
-		m.s.log.Info(msg, args...)
+		m.events = append(m.events, logEvent{slog.LevelInfo, msg, args})
 	}
 }
 
 // logWarn is logInfo at warning level.
 func (m *mutation) logWarn(msg string, args ...any) {
 	if !m.dry {
-		m.s.log.Warn(msg, args...)
+		m.events = append(m.events, logEvent{slog.LevelWarn, msg, args})
+	}
+}
+
+// logEvent is an event a change logs once committed.
+type logEvent struct {
+	level slog.Level
+	msg   string
+	args  []any
+}
+
+// pendingChange is a change committed under the lock, waiting for its sync.
+type pendingChange struct {
+	wait   func() error
+	events []logEvent
+}
+
+// logEvents logs a committed change's events.
+func (s *Server) logEvents(events []logEvent) {
+	for _, ev := range events {
+		s.log.Log(context.Background(), ev.level, ev.msg, ev.args...)
 	}
 }
 
@@ -520,7 +548,7 @@ func (m *mutation) commit() error {
 			return fmt.Errorf("commit change: %w", err)
 		}
 		m.s.rev = m.rev
-		m.s.pending = append(m.s.pending, wait)
+		m.s.pending = append(m.s.pending, pendingChange{wait, m.events})
 		for id := range m.wake {
 			m.s.woken = append(m.s.woken, id)
 		}
@@ -530,6 +558,7 @@ func (m *mutation) commit() error {
 		return fmt.Errorf("commit change: %w", err)
 	}
 	m.s.rev = m.rev
+	m.s.logEvents(m.events)
 	for id := range m.wake {
 		m.s.wakeNode(id)
 	}
