@@ -32,6 +32,7 @@ type serverView struct {
 			}
 			AppliedRevision *uint64 `json:"applied_revision"`
 		}
+		ReportedAt *string `json:"reported_at"`
 	}
 }
 

@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -46,8 +48,17 @@ type NodeConfig struct {
 	// control plane. Default 30 s.
 	PollWait time.Duration
 	// ReportInterval is how often health is re-checked, failed applies are
-	// retried and the observed state is re-posted. Default 10 s.
+	// retried and the observed state is re-posted if it changed (usage,
+	// health, an error). Default 10 s.
 	ReportInterval time.Duration
+	// ReportRefresh is how long an unchanged observed state may go without
+	// being posted again. The node's liveness comes from its long-polls, so
+	// re-posting the same state every ReportInterval would only cost the
+	// control plane a request per node per interval; at least every
+	// ReportRefresh it is posted anyway, so that the report time the
+	// management API shows stays recent and a control plane restored from a
+	// backup learns the node's state. Default 60 s; at least ReportInterval.
+	ReportRefresh time.Duration
 	// HealthRecheck is how often health is re-checked while the last report
 	// said unhealthy, so the server turns running as soon as the model is
 	// loaded rather than up to a ReportInterval later. Default 1 s.
@@ -110,6 +121,10 @@ func NewNode(cfg NodeConfig, enf *Enforcer, health func(context.Context) error, 
 	if cfg.ReportInterval <= 0 {
 		cfg.ReportInterval = 10 * time.Second
 	}
+	if cfg.ReportRefresh <= 0 {
+		cfg.ReportRefresh = 60 * time.Second
+	}
+	cfg.ReportRefresh = max(cfg.ReportRefresh, cfg.ReportInterval)
 	if cfg.HealthRecheck <= 0 {
 		cfg.HealthRecheck = min(time.Second, cfg.ReportInterval)
 	}
@@ -332,21 +347,33 @@ func (a *Node) apply(ctx context.Context, d nodeapi.Desired, persist bool) {
 
 // reporter posts the observed state after every apply, every change the
 // enforcer makes on its own (the model served, a pull's progress) and every
-// ReportInterval, re-checking health. While the runtime is reported
-// unhealthy it also reports as soon as it recovers, and while an apply has
-// failed it retries it with backoff (MinBackoff to MaxBackoff), so a
-// transient failure heals in about a second.
+// ReportInterval if it changed (or ReportRefresh passed), re-checking
+// health. While the runtime is reported unhealthy it also reports as soon
+// as it recovers, and while an apply has failed it retries it with backoff
+// (MinBackoff to MaxBackoff), so a transient failure heals in about a
+// second.
 func (a *Node) reporter(ctx context.Context) {
 	tick := time.NewTicker(a.cfg.ReportInterval)
 	defer tick.Stop()
 	bo, applyBo := a.newBackoff(), a.newBackoff()
 	var retry, recheck, reapply <-chan time.Time
+	// The last state the control plane accepted, as posted, and when it is
+	// to be posted again if unchanged.
+	var (
+		accepted  []byte
+		refreshAt time.Time
+	)
+	// Taken before each observation, so that a change made while a report
+	// is being observed or posted wakes the next round (a channel taken
+	// after it would be the next change's).
+	changed := a.enf.Changed()
 	for {
+		periodic := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.report:
-		case <-a.enf.Changed():
+		case <-changed:
 		case <-retry:
 		case <-recheck:
 			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -360,8 +387,10 @@ func (a *Node) reporter(ctx context.Context) {
 			a.enf.Retry(ctx)
 		case <-tick.C:
 			a.enf.Retry(ctx)
+			periodic = true
 		}
 		retry, recheck, reapply = nil, nil, nil
+		changed = a.enf.Changed()
 		o := a.observe(ctx)
 		if !o.RuntimeHealthy {
 			recheck = time.After(a.cfg.HealthRecheck)
@@ -371,7 +400,17 @@ func (a *Node) reporter(ctx context.Context) {
 		} else {
 			applyBo.Reset()
 		}
+		// The body is compared as the control plane would read it.
+		body, err := json.Marshal(o)
+		if err != nil {
+			a.log.Error("encode observed state", "err", err)
+			continue
+		}
+		if periodic && bytes.Equal(body, accepted) && time.Now().Before(refreshAt) {
+			continue
+		}
 		if err := a.client.ReportObserved(ctx, o); err != nil {
+			accepted = nil
 			if ctx.Err() != nil {
 				return
 			}
@@ -380,8 +419,18 @@ func (a *Node) reporter(ctx context.Context) {
 			retry = time.After(wait)
 			continue
 		}
+		accepted, refreshAt = body, time.Now().Add(RefreshAfter(a.cfg.ReportInterval, a.cfg.ReportRefresh))
 		bo.Reset()
 	}
+}
+
+// RefreshAfter is how long after an accepted post an unchanged observed
+// state is posted again: refresh less up to a quarter of it at random, so
+// that nodes that posted together (say, once the control plane was back)
+// spread out instead of posting in waves, and less half an interval, for
+// the tick that falls due then comes a little before the time has passed.
+func RefreshAfter(interval, refresh time.Duration) time.Duration {
+	return refresh - rand.N(refresh/4+1) - interval/2
 }
 
 // observe checks health and address and returns the observed state.

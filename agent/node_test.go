@@ -54,6 +54,7 @@ type ctlPlane struct {
 	stopFn   context.CancelFunc
 	inflight sync.WaitGroup
 	done     chan struct{}
+	reports  atomic.Int64 // observed states posted by nodes
 }
 
 var errRefused = errors.New("dial tcp 127.0.0.1:8400: connect: connection refused")
@@ -136,6 +137,9 @@ func (c *ctlPlane) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errRefused
 	}
 	defer c.inflight.Done()
+	if req.Method == http.MethodPost && req.URL.Path == nodeapi.PathObserved {
+		c.reports.Add(1)
+	}
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	defer context.AfterFunc(stopping, cancel)()
@@ -442,6 +446,59 @@ func TestNodeAgentReportsRecoveredHealthPromptly(t *testing.T) {
 		healthy.Store(true)
 		// One health recheck later, not ReportInterval (an hour).
 		within(t, 20*time.Millisecond, "running once healthy", func() bool { return ctl.serverStatus(srv) == "running" })
+	})
+}
+
+// An unchanged observed state is posted every ReportRefresh, not every
+// ReportInterval (the long-polls keep the node known to be alive); a change
+// is posted at once or by the next interval, and the report time the
+// management API shows is never older than ReportRefresh. With a 10 s
+// interval, "running within 1 s" also needs the model's load, which lands
+// while the apply's report is in flight, to wake the reporter.
+func TestNodeAgentPostsUnchangedStateOnlyOnRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := startCtl(t)
+		cfg := nodeConfig(t, ctl)
+		cfg.ReportInterval, cfg.ReportRefresh = 10*time.Second, time.Minute
+		run := startAgent(t, cfg, nil)
+		srv := ctl.createServer(map[string]any{"stack": "deployment", "model": "tiny"})
+		within(t, time.Second, "running", func() bool { return ctl.serverStatus(srv) == "running" })
+		var key struct{ ID string }
+		if code := ctl.api("POST", "/v1/servers/"+srv+"/api-keys", map[string]any{"name": "app"}, &key); code != 201 {
+			t.Fatalf("create API key: %d", code)
+		}
+		pass(30 * time.Second)
+
+		start, reports0 := time.Now(), ctl.reports.Load()
+		for time.Since(start) < 5*time.Minute {
+			pass(5 * time.Second)
+			at := ctl.server(srv).Enforcement.ReportedAt
+			if at == nil {
+				t.Fatal("no reported_at")
+			}
+			reported, err := time.Parse(time.RFC3339, *at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// reported_at has whole seconds.
+			if age := time.Since(reported); age > cfg.ReportRefresh+time.Second {
+				t.Fatalf("reported_at %s is %v old, want at most %v", *at, age, cfg.ReportRefresh)
+			}
+		}
+		// 30 intervals in five minutes; a refresh every 40–60 s (RefreshAfter).
+		if n := ctl.reports.Load() - reports0; n < 4 || n > 7 {
+			t.Fatalf("%d reports of an unchanged state in 5 minutes, want 5–7 (one per ReportRefresh, jittered)", n)
+		}
+
+		// Usage is a change: on the node's control plane within an interval.
+		run.apiKeys.use(key.ID)
+		reports0 = ctl.reports.Load()
+		pass(cfg.ReportInterval)
+		var k struct{ Requests uint64 }
+		ctl.api("GET", "/v1/servers/"+srv+"/api-keys/"+key.ID, nil, &k)
+		if k.Requests != 1 || ctl.reports.Load()-reports0 != 1 {
+			t.Fatalf("after one interval: %d requests on the key, %d reports", k.Requests, ctl.reports.Load()-reports0)
+		}
 	})
 }
 

@@ -63,9 +63,11 @@ type FleetConfig struct {
 	// many nodes' observed states posted back to back.
 	ReportDuration    time.Duration
 	ReportConcurrency int
-	// ReportInterval and PollWait are the simulated agents' (the agent's
-	// defaults: 10 s and 30 s).
+	// ReportInterval, ReportRefresh and PollWait are the simulated agents'
+	// (the agent's defaults: 10 s, 60 s and 30 s): a changed state is
+	// posted at the next interval, an unchanged one every ReportRefresh.
 	ReportInterval time.Duration
+	ReportRefresh  time.Duration
 	PollWait       time.Duration
 	// SettleTimeout bounds the enrolment burst until every node has
 	// reported; DrainTimeout the wait for the last changes to reach their
@@ -106,9 +108,11 @@ func (c *FleetConfig) defaults() {
 	}
 	set(&c.CreateDuration, 15*time.Second)
 	set(&c.ChurnDuration, 20*time.Second)
-	set(&c.IdleDuration, 30*time.Second)
+	set(&c.IdleDuration, 60*time.Second)
 	set(&c.ReportDuration, 5*time.Second)
 	set(&c.ReportInterval, 10*time.Second)
+	set(&c.ReportRefresh, 60*time.Second)
+	c.ReportRefresh = max(c.ReportRefresh, c.ReportInterval)
 	set(&c.PollWait, nodeapi.DefaultWait)
 	set(&c.SettleTimeout, 10*time.Minute)
 	set(&c.DrainTimeout, 30*time.Second)
@@ -219,6 +223,7 @@ type FleetSummary struct {
 	ReportS           float64 `json:"report_burst_s"`
 	MaxCreates        int     `json:"max_creates"`
 	ReportInterval    string  `json:"report_interval"`
+	ReportRefresh     string  `json:"report_refresh"`
 	PollWait          string  `json:"poll_wait"`
 	ReportConcurrency int     `json:"report_concurrency"`
 	EnrollConcurrency int     `json:"enroll_concurrency"`
@@ -302,7 +307,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (res FleetResult, err error)
 	}
 	res.Config = FleetSummary{CreateS: cfg.CreateDuration.Seconds(), ChurnS: cfg.ChurnDuration.Seconds(),
 		IdleS: cfg.IdleDuration.Seconds(), ReportS: cfg.ReportDuration.Seconds(), MaxCreates: cfg.MaxCreates,
-		ReportInterval: cfg.ReportInterval.String(), PollWait: cfg.PollWait.String(),
+		ReportInterval: cfg.ReportInterval.String(), ReportRefresh: cfg.ReportRefresh.String(), PollWait: cfg.PollWait.String(),
 		ReportConcurrency: cfg.ReportConcurrency, EnrollConcurrency: cfg.EnrollConcurrency}
 	defer func() { res.LoadAvgEnd = loadAvg() }()
 
@@ -480,7 +485,7 @@ func (r *fleetRun) enroll(ctx, nodeCtx context.Context, fleet *sync.WaitGroup, n
 	for range min(cfg.EnrollConcurrency, n) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				node := newSimNode(i, urls[i%len(urls)], polls, others, r.prop, r.count)
+				node := newSimNode(i, urls[i%len(urls)], polls, others, r.prop, r.count, cfg.ReportInterval, cfg.ReportRefresh)
 				t0 := time.Now()
 				if err := node.enroll(ctx, token); err != nil {
 					rec.fail(opOnly, fmt.Errorf("enroll node %d: %w", i, err))
@@ -490,7 +495,7 @@ func (r *fleetRun) enroll(ctx, nodeCtx context.Context, fleet *sync.WaitGroup, n
 				mu.Lock()
 				r.nodes = append(r.nodes, node)
 				mu.Unlock()
-				fleet.Go(func() { node.run(nodeCtx, cfg.PollWait, cfg.ReportInterval) })
+				fleet.Go(func() { node.run(nodeCtx, cfg.PollWait) })
 			}
 		})
 	}

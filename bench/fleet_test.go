@@ -30,7 +30,7 @@ func smallFleet(t *testing.T, bin string) FleetConfig {
 		ControlBin: bin, WorkDir: t.TempDir(), Nodes: 50, Clients: 4, EnrollConcurrency: 8,
 		CreateDuration: time.Second, MaxCreates: 20, ChurnDuration: 1500 * time.Millisecond,
 		IdleDuration: time.Second, ReportDuration: 500 * time.Millisecond, ReportConcurrency: 8,
-		ReportInterval: time.Second, PollWait: 5 * time.Second,
+		ReportInterval: time.Second, ReportRefresh: 2 * time.Second, PollWait: 5 * time.Second,
 		SettleTimeout: time.Minute, DrainTimeout: time.Minute, NoFile: noFile,
 		ControlLog: logs,
 	}

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hearthd/hearth/agent"
 	"github.com/hearthd/hearth/nodeapi"
 )
 
@@ -70,12 +72,16 @@ type simNode struct {
 	count  *nodeCounters
 
 	kick chan struct{} // wakes the reporter; buffered 1
+	// every and refresh are the agent's ReportInterval and ReportRefresh.
+	every, refresh time.Duration
 
 	mu        sync.Mutex
 	desired   nodeapi.Desired
-	received  bool   // desired is set
-	reported  bool   // a report was accepted
-	wipedSent string // the server whose wipe report was accepted
+	received  bool             // desired is set
+	reported  bool             // a report was accepted
+	wipedSent string           // the server whose wipe report was accepted
+	accepted  nodeapi.Observed // the last report accepted
+	refreshAt time.Time        // when to post it again if unchanged
 
 	// Used by the poller only: what the node has seen so far.
 	server   string
@@ -83,9 +89,10 @@ type simNode struct {
 	wipeSeen bool
 }
 
-func newSimNode(i int, baseURL string, polls, others *http.Client, prop *propagation, count *nodeCounters) *simNode {
+func newSimNode(i int, baseURL string, polls, others *http.Client, prop *propagation, count *nodeCounters, every, refresh time.Duration) *simNode {
 	return &simNode{
 		index: i, poller: nodeapi.NewClient(baseURL, polls), client: nodeapi.NewClient(baseURL, others), prop: prop, count: count,
+		every: every, refresh: refresh,
 		ip:   fmt.Sprintf("10.%d.%d.%d", 64+(i>>16)&63, (i>>8)&255, i&255),
 		kick: make(chan struct{}, 1),
 	}
@@ -111,9 +118,9 @@ func (n *simNode) enroll(ctx context.Context, token string) error {
 }
 
 // run follows the control plane until ctx ends.
-func (n *simNode) run(ctx context.Context, wait, reportEvery time.Duration) {
+func (n *simNode) run(ctx context.Context, wait time.Duration) {
 	var wg sync.WaitGroup
-	wg.Go(func() { n.reporter(ctx, reportEvery) })
+	wg.Go(func() { n.reporter(ctx) })
 	n.poll(ctx, wait)
 	wg.Wait()
 }
@@ -205,10 +212,11 @@ func (n *simNode) observed() (o nodeapi.Observed, server string, ok bool) {
 		FirewallRevision: d.Revision, SSHKeysRevision: d.Revision, Wiped: d.Wipe}, server, true
 }
 
-// reporter reports after every received change and every reportEvery
-// (starting at a random phase, as a fleet of agents started at different
-// times would), and retries a failed report.
-func (n *simNode) reporter(ctx context.Context, reportEvery time.Duration) {
+// reporter reports after every received change and, as the agent does,
+// every n.every if the state changed or a refresh is due (ticking from a random phase, as a fleet of agents
+// started at different times would), and retries a failed report.
+func (n *simNode) reporter(ctx context.Context) {
+	reportEvery := n.every
 	phase := time.NewTimer(rand.N(reportEvery) + time.Millisecond)
 	defer phase.Stop()
 	var tick <-chan time.Time
@@ -224,6 +232,9 @@ func (n *simNode) reporter(ctx context.Context, reportEvery time.Duration) {
 			defer t.Stop()
 			tick = t.C
 		case <-tick:
+			if n.unchanged() {
+				continue
+			}
 		}
 		retry = nil
 		if err := n.report(ctx); err != nil {
@@ -235,6 +246,15 @@ func (n *simNode) reporter(ctx context.Context, reportEvery time.Duration) {
 			retry = time.After(nodeRetry)
 		}
 	}
+}
+
+// unchanged reports whether the state to report is the one last accepted
+// and not due for a refresh (the agent's rule, agent.NodeConfig.ReportRefresh).
+func (n *simNode) unchanged() bool {
+	o, _, ok := n.observed()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return ok && n.reported && reflect.DeepEqual(o, n.accepted) && time.Now().Before(n.refreshAt)
 }
 
 // report posts the observed state once and accounts for it.
@@ -249,7 +269,8 @@ func (n *simNode) report(ctx context.Context) error {
 	n.count.reports.Add(1)
 	n.mu.Lock()
 	first := !n.reported
-	n.reported = true
+	n.reported, n.accepted = true, o
+	n.refreshAt = time.Now().Add(agent.RefreshAfter(n.every, n.refresh))
 	wiped := o.Wiped && server != "" && n.wipedSent != server
 	if wiped {
 		n.wipedSent = server
