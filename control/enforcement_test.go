@@ -206,6 +206,31 @@ func TestSettledReportsWriteNothing(t *testing.T) {
 	}
 }
 
+// TestUsageReportsMoveReportedAt: a busy node's every report carries new
+// usage and nothing else new; its server still shows each report's time.
+func TestUsageReportsMoveReportedAt(t *testing.T) {
+	e, clk := newClockEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("busy")).must(t, 201))
+	key := idOf(t, e.req("POST", "/v1/servers/"+id+"/api-keys", map[string]any{"name": "app"}).must(t, 201))
+	d := converge(t, n, "192.0.2.1")
+	e.wantStatus(t, id, "running", "after the report")
+	first := str(e.enforcementOf(t, id).Enforcement.ReportedAt)
+	clk.add(10 * time.Second)
+	o := applied(d, "192.0.2.1")
+	o.Usage = []nodeapi.KeyUsage{{ID: key, Requests: 1}}
+	n.report(t, o)
+	second := str(e.enforcementOf(t, id).Enforcement.ReportedAt)
+	if want := clk.now().UTC().Format(time.RFC3339); second != want {
+		t.Fatalf("reported_at %s after a report with new usage at %s (before it: %s)", second, want, first)
+	}
+	e.sweep()
+	e.restart()
+	if got := str(e.enforcementOf(t, id).Enforcement.ReportedAt); got != second {
+		t.Fatalf("after a restart reported_at %s, want %s", got, second)
+	}
+}
+
 // TestServerShowsModelInfo: what the node's runtime says of the served
 // model (context length, capabilities) is on the server; a report with too
 // many capabilities or a negative context is refused and changes nothing.

@@ -378,9 +378,9 @@ func (s *Server) nodeObserved(w http.ResponseWriter, r *http.Request) {
 	case j.err != nil:
 		s.nodeInternal(w, j.err)
 	default:
-		if j.settled {
-			s.noteReported(id, now)
-		}
+		// Also a report whose only change is usage, which leaves the
+		// node's observed state, and so its ObservedAt, as it was.
+		s.noteReported(id, now)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }
