@@ -213,8 +213,9 @@ func (n *simNode) observed() (o nodeapi.Observed, server string, ok bool) {
 }
 
 // reporter reports after every received change and, as the agent does,
-// every n.every if the state changed or a refresh is due (ticking from a random phase, as a fleet of agents
-// started at different times would), and retries a failed report.
+// every n.every if the state changed or a refresh is due (ticking from a
+// random phase, as a fleet of agents started at different times would),
+// and retries a failed report.
 func (n *simNode) reporter(ctx context.Context) {
 	reportEvery := n.every
 	phase := time.NewTimer(rand.N(reportEvery) + time.Millisecond)
