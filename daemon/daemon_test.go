@@ -192,7 +192,11 @@ func startNodeOpts(t *testing.T, mod func(*Config), modOpts func(*options), extr
 func (tn *testNode) stop() error {
 	tn.once.Do(func() {
 		tn.cancel()
-		tn.err = <-tn.done
+		select {
+		case tn.err = <-tn.done:
+		case <-time.After(hangGuard):
+			tn.err = errors.New("runNode did not return after its context ended")
+		}
 	})
 	return tn.err
 }
@@ -208,9 +212,16 @@ func (tn *testNode) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// hangGuard bounds the waits for what a node does by itself, so that a
+// node that never does it fails its test with what it did instead, not
+// the whole test binary at its timeout. Far above any wait that passes.
+const hangGuard = 3 * time.Minute
+
 func (tn *testNode) waitFor(t *testing.T, msg string) {
 	t.Helper()
-	if err := tn.notify.WaitFor(t.Context(), msg); err != nil {
+	ctx, cancel := context.WithTimeout(t.Context(), hangGuard)
+	defer cancel()
+	if err := tn.notify.WaitFor(ctx, msg); err != nil {
 		t.Fatalf("waiting for %s: %v (sent %q)", msg, err, tn.notify.Messages())
 	}
 }

@@ -62,11 +62,22 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	defer cancel()
 	done := make(chan error, 1)
 	var logs testutil.SyncBuffer
+	// What hearthd logged says why, should the test fail or hang (the
+	// waits below end with a failure rather than at the binary's timeout).
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hearthd's log:\n%s", logs.String())
+		}
+	})
 	go func() { done <- runNode(ctx, cfg, "test", slog.New(slog.NewTextHandler(&logs, nil)), notify, opts) }()
 	nd := <-built
-	if err := notify.WaitFor(t.Context(), "READY=1"); err != nil {
+	readyCtx, readyCancel := context.WithTimeout(t.Context(), hangGuard)
+	defer readyCancel()
+	if err := notify.WaitFor(readyCtx, "READY=1"); err != nil {
 		t.Fatalf("READY=1: %v (sent %q)", err, notify.Messages())
 	}
+	client := &http.Client{Timeout: hangGuard}
+	defer client.CloseIdleConnections()
 
 	secret, _, err := nd.keys.Create("test")
 	if err != nil {
@@ -77,9 +88,9 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 		req, _ := http.NewRequest("POST", "http://"+nd.ln.Addr().String()+"/api/v1/chat/completions",
 			strings.NewReader(`{"model":"daemon-tiny","messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer "+secret)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("chat %s: %v", when, err)
 		}
 		var out struct {
 			Usage struct {
@@ -113,10 +124,15 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 		t.Fatalf("ollama serve started %d times, want 2", n)
 	}
 	chat("after the restart")
-	http.DefaultClient.CloseIdleConnections()
+	client.CloseIdleConnections()
 
 	cancel()
-	if err := <-done; err != nil {
+	select {
+	case err = <-done:
+	case <-time.After(hangGuard):
+		t.Fatal("runNode did not return after its context ended")
+	}
+	if err != nil {
 		t.Fatalf("runNode: %v", err)
 	}
 	// The supervised runtime is gone with hearthd.

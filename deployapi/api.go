@@ -74,6 +74,7 @@ type API struct {
 	warm     atomic.Bool // the model is loaded; set once start-up finishes
 	draining atomic.Bool
 	inflight sync.WaitGroup
+	kept     keptSet // connections handed back after a stream (hijack.go)
 
 	reqPrefix string
 	reqSeq    atomic.Uint64
@@ -168,6 +169,7 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 // finish or ctx ends; then it cancels whatever is still generating.
 func (a *API) Drain(ctx context.Context) error {
 	a.draining.Store(true)
+	a.kept.drain()
 	done := make(chan struct{})
 	go func() { a.inflight.Wait(); close(done) }()
 	select {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"reflect"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -88,9 +89,17 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 			hc.Close()
 			return
 		}
+		k := kept(next)
+		if !a.kept.add(k) {
+			next.Close() // the drain began meanwhile
+			return
+		}
 		// A goroutine of its own, so that fasthttp releases this request's
 		// context now rather than when the connection closes.
-		go func() { _ = srv.ServeConn(next) }()
+		go func() {
+			_ = srv.ServeConn(next)
+			a.kept.remove(k)
+		}()
 	})
 }
 
@@ -289,6 +298,64 @@ type keptConn struct {
 	idle    time.Duration
 	pending []byte      // read before the connection's own bytes
 	first   atomic.Bool // no byte read yet
+	// idleSet, once the connection is handed back, holds it until its
+	// next request starts to arrive (keptSet).
+	idleSet *keptSet
+}
+
+// kept returns the keptConn in c, as keepAlive returns it.
+func kept(c net.Conn) *keptConn {
+	if t, ok := c.(keptTLSConn); ok {
+		return t.keptConn
+	}
+	return c.(*keptConn)
+}
+
+// keptSet holds the connections handed back after a stream that wait for
+// their next request, so that a drain closes them: fasthttp's Shutdown
+// closes a waiting connection only once it has waited 5 s, and it never
+// sees one handed back after it returned; such a connection would stay
+// open, a goroutine reading it, until the client or the idle timeout
+// closed it.
+type keptSet struct {
+	mu       sync.Mutex
+	draining bool
+	conns    map[*keptConn]struct{}
+}
+
+// add holds k until its next request arrives or it closes, and reports
+// whether it may be served: false once the drain began.
+func (s *keptSet) add(k *keptConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = make(map[*keptConn]struct{})
+	}
+	s.conns[k] = struct{}{}
+	k.idleSet = s
+	return true
+}
+
+func (s *keptSet) remove(k *keptConn) {
+	s.mu.Lock()
+	delete(s.conns, k)
+	s.mu.Unlock()
+}
+
+// drain refuses every later add and closes the connections waiting now.
+// One whose request has started to arrive is left to the server, which
+// closes it after its response.
+func (s *keptSet) drain() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.draining = true
+	for k := range s.conns {
+		_ = k.Conn.Close()
+	}
+	clear(s.conns)
 }
 
 func (k *keptConn) SetReadDeadline(t time.Time) error {
@@ -302,14 +369,24 @@ func (k *keptConn) Read(p []byte) (int, error) {
 	if len(k.pending) > 0 {
 		n := copy(p, k.pending)
 		k.pending = k.pending[n:]
-		k.first.Store(false)
+		k.started()
 		return n, nil
 	}
 	n, err := k.Conn.Read(p)
-	if n > 0 && k.first.Load() {
-		k.first.Store(false)
+	if n > 0 {
+		k.started()
 	}
 	return n, err
+}
+
+// started notes that the next request has begun to arrive.
+func (k *keptConn) started() {
+	if k.first.Load() {
+		k.first.Store(false)
+		if k.idleSet != nil {
+			k.idleSet.remove(k)
+		}
+	}
 }
 
 // NetConn lets the peer watch reach the socket.

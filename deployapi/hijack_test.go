@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/fake"
 )
 
@@ -183,6 +184,51 @@ func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
+	}
+}
+
+// A connection handed back after its stream, waiting for its next
+// request when the drain begins, is closed by the drain: the server's own
+// shutdown would leave it open, with a goroutine reading it, for 5 s or,
+// if it had returned already, until the idle timeout.
+func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 3}, nil)
+	// A server of its own with an idle timeout beyond the test's reach.
+	srv := ta.api.Server(time.Minute, time.Hour)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if resp := readStream(t, br); resp.Close {
+		t.Fatal("Connection: close on a stream before the drain")
+	}
+	testutil.WaitFor(t, 10*time.Second, "the connection handed back", func() bool {
+		ta.api.kept.mu.Lock()
+		defer ta.api.kept.mu.Unlock()
+		return len(ta.api.kept.conns) == 1
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := ta.api.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the drain: %d bytes, %v; want the connection closed", n, err)
+	}
+	if ta.api.kept.add(&keptConn{}) {
+		t.Fatal("a connection was handed back after the drain began")
 	}
 }
 
