@@ -105,7 +105,14 @@ type Server struct {
 
 	watchMu sync.Mutex
 	watch   map[string]chan struct{} // node ID → closed on the node's next change
-	waiting atomic.Int64             // long-polls holding a watch channel, waiting for a change
+	// ownWake counts, per node, this process's commits in flight that will
+	// wake it once durable (woken). Their notification, which reaches every
+	// replica, this one too, may come before the commit's own answer, and
+	// the long-poll it woke would read the node's new records from the
+	// database: this process's read cache gets them only with that answer
+	// (store/pgstore). So such a node is left to the local wake.
+	ownWake map[string]int
+	waiting atomic.Int64 // long-polls holding a watch channel, waiting for a change
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // API token ID → bucket
@@ -197,6 +204,7 @@ func New(cfg Config) (*Server, error) {
 		st:        cfg.Store,
 		log:       cfg.Logger,
 		watch:     map[string]chan struct{}{},
+		ownWake:   map[string]int{},
 		limiters:  map[string]*rate.Limiter{},
 		tokUsed:   map[string]time.Time{},
 		projNames: map[string]string{},
@@ -278,7 +286,7 @@ func (s *Server) lock(ctx context.Context) (unlock func() error, err error) {
 				s.logEvents(p.events)
 			}
 			for _, id := range woken {
-				s.wakeNode(id)
+				s.wakeOwn(id)
 			}
 		})
 		return syncErr
@@ -549,9 +557,12 @@ func (m *mutation) commit() error {
 		}
 		m.s.rev = m.rev
 		m.s.pending = append(m.s.pending, pendingChange{wait, m.events})
+		m.s.watchMu.Lock()
 		for id := range m.wake {
 			m.s.woken = append(m.s.woken, id)
+			m.s.ownWake[id]++
 		}
+		m.s.watchMu.Unlock()
 		return nil
 	}
 	if err := m.b.Commit(); err != nil {
@@ -566,6 +577,16 @@ func (m *mutation) commit() error {
 }
 
 func (m *mutation) discard() { m.b.Discard() }
+
+// noteEmpty tells a store with a read cache that nothing is under these
+// prefixes once the change commits (store.EmptyNoter).
+func (m *mutation) noteEmpty(prefixes ...string) {
+	if en, ok := m.b.(store.EmptyNoter); ok {
+		for _, p := range prefixes {
+			en.NoteEmpty(p)
+		}
+	}
+}
 
 // empty reports whether the change has nothing to write.
 func (m *mutation) empty() bool { return len(m.dirty) == 0 && m.rev == m.rev0 && m.b.Empty() }
@@ -585,10 +606,28 @@ func (s *Server) watcher(nodeID string) <-chan struct{} {
 func (s *Server) wakeNode(nodeID string) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
+	s.wakeLocked(nodeID)
+}
+
+// wakeLocked wakes nodeID's long-poll; with watchMu held.
+func (s *Server) wakeLocked(nodeID string) {
 	if ch, ok := s.watch[nodeID]; ok {
 		close(ch)
 		delete(s.watch, nodeID)
 	}
+}
+
+// wakeOwn wakes nodeID for one of this process's commits (ownWake), once
+// it is done.
+func (s *Server) wakeOwn(nodeID string) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if n := s.ownWake[nodeID]; n > 1 {
+		s.ownWake[nodeID] = n - 1
+	} else {
+		delete(s.ownWake, nodeID)
+	}
+	s.wakeLocked(nodeID)
 }
 
 // Handler returns the HTTP handler of the management API and node protocol.
@@ -702,7 +741,15 @@ const wakePrefix = "wake/"
 // interrupted, when every long-poll here rechecks.
 func (s *Server) remoteWake(payload string) {
 	if id, ok := strings.CutPrefix(payload, wakePrefix); ok {
-		s.wakeNode(id)
+		s.watchMu.Lock()
+		defer s.watchMu.Unlock()
+		// A commit of this process that wakes the node is in flight: the
+		// node is woken once that is done, and so after this notification
+		// and the invalidation before it were applied here; its long-poll
+		// then reads this change too.
+		if s.ownWake[id] == 0 {
+			s.wakeLocked(id)
+		}
 		return
 	}
 	if payload == "" {

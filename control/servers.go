@@ -224,6 +224,9 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	if err := m.put(rc.pk.serverName(req.Name), id); err != nil {
 		return result{}, err
 	}
+	// A new server has no rules and no API keys yet; the node's long-poll,
+	// which this change wakes, lists both.
+	m.noteEmpty(pfxRule+id+"/", pfxAPIKey+id+"/")
 	m.wake[node.ID] = true
 	out := s.serverJSON(rec, true)
 	out.Enforcement = enforcement(rec, node)

@@ -81,6 +81,16 @@ type Notifier interface {
 	Notify(payload string)
 }
 
+// EmptyNoter is implemented by batches of a store that keeps whole
+// prefixes in a read cache: NoteEmpty states that no record exists under
+// prefix (ending in "/") once the batch commits, as under a prefix named
+// after an ID the batch creates, so that its first scan is answered
+// without asking the database. A prefix the batch itself writes under is
+// not kept.
+type EmptyNoter interface {
+	NoteEmpty(prefix string)
+}
+
 // MultiGetter is implemented by stores that read many keys at once: a
 // database in one round trip, where a Get per key would cost one each.
 type MultiGetter interface {

@@ -120,6 +120,11 @@ func (c *cache) lookupList(prefix string, min *uint64) ([]row, bool) {
 func (c *cache) fillList(prefix string, rows []row, at uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.fillListLocked(prefix, rows, at)
+}
+
+// fillListLocked is fillList with c.mu held.
+func (c *cache) fillListLocked(prefix string, rows []row, at uint64) {
 	if !c.on || at < c.logFrom || c.wrotePfx[prefix] > at {
 		return
 	}
@@ -246,8 +251,9 @@ func (c *cache) release() { c.hold(0) }
 // trip. If the cache is at the commit before, it moves to seq at once (its
 // invalidation, arriving later, is then skipped); the invalidation can
 // also arrive first, or the cache be further behind, when its own
-// invalidation and those before it catch it up.
-func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
+// invalidation and those before it catch it up. empties are prefixes with
+// no record as of seq (store.EmptyNoter), kept as empty lists.
+func (c *cache) committed(seq uint64, putK, putV, delK [][]byte, empties []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.on {
@@ -275,6 +281,9 @@ func (c *cache) committed(seq uint64, putK, putV, delK [][]byte) {
 	}
 	for _, k := range delK {
 		keep(k, cached{at: seq})
+	}
+	for _, p := range empties {
+		c.fillListLocked(p, nil, seq)
 	}
 	if advance {
 		c.advance(seq)

@@ -65,7 +65,7 @@ func TestCacheRules(t *testing.T) {
 	if r, ok := c.lookup("gone", nil); !ok || r.found {
 		t.Fatal("strong lookup at the lock's commit not answered")
 	}
-	c.committed(12, [][]byte{[]byte("gone")}, [][]byte{[]byte("back")}, [][]byte{[]byte("a")}) // this process's own commit
+	c.committed(12, [][]byte{[]byte("gone")}, [][]byte{[]byte("back")}, [][]byte{[]byte("a")}, nil) // this process's own commit
 	if r, ok := c.lookup("gone", new(uint64)); !ok || !r.found || string(r.val) != "back" {
 		t.Fatalf("own commit's write not kept: %v %v", r, ok)
 	}
@@ -81,11 +81,11 @@ func TestCacheRules(t *testing.T) {
 	// The invalidation of an own commit may arrive before the committer
 	// has its answer: the values it wrote are still the records as of it.
 	c.apply(invPrefix + "13:f\nfirst")
-	c.committed(13, [][]byte{[]byte("first")}, [][]byte{[]byte("1")}, nil)
+	c.committed(13, [][]byte{[]byte("first")}, [][]byte{[]byte("1")}, nil, nil)
 	if r, ok := c.lookup("first", new(uint64)); !ok || string(r.val) != "1" || c.seq != 13 {
 		t.Fatalf("own commit after its invalidation: %v %v (seq %d)", r, ok, c.seq)
 	}
-	c.committed(12, [][]byte{[]byte("first")}, [][]byte{[]byte("old")}, nil)
+	c.committed(12, [][]byte{[]byte("first")}, [][]byte{[]byte("old")}, nil, nil)
 	if r, _ := c.lookup("first", new(uint64)); string(r.val) != "1" {
 		t.Fatal("a commit older than the cache overwrote a record")
 	}
@@ -225,7 +225,7 @@ func TestCacheKeepsProvenReads(t *testing.T) {
 	// applied: what 17 wrote is not taken back.
 	c.apply(invPrefix + "16:f\np\nq")
 	c.apply(invPrefix + "17:f\nq")
-	c.committed(16, [][]byte{[]byte("p"), []byte("q")}, [][]byte{[]byte("16"), []byte("16")}, nil)
+	c.committed(16, [][]byte{[]byte("p"), []byte("q")}, [][]byte{[]byte("16"), []byte("16")}, nil, nil)
 	if r, ok := c.lookup("p", new(uint64)); !ok || string(r.val) != "16" {
 		t.Fatal("own commit answered late: its write was not kept")
 	}
@@ -234,7 +234,7 @@ func TestCacheKeepsProvenReads(t *testing.T) {
 	}
 	// Commit 19 answered while 18 is still on its way: kept ahead, and
 	// its own invalidation does not evict it.
-	c.committed(19, [][]byte{[]byte("r")}, [][]byte{[]byte("19")}, nil)
+	c.committed(19, [][]byte{[]byte("r")}, [][]byte{[]byte("19")}, nil, nil)
 	c.apply(invPrefix + "18:f\ns")
 	c.apply(invPrefix + "19:f\nr")
 	if r, ok := c.lookup("r", new(uint64)); !ok || string(r.val) != "19" || c.seq != 19 {
@@ -276,7 +276,7 @@ func TestCacheOwnCommitsAheadOfListener(t *testing.T) {
 	var c cache
 	c.start(1)
 	for seq := uint64(2); seq <= 4; seq++ {
-		c.committed(seq, [][]byte{[]byte(fmt.Sprint("k", seq))}, [][]byte{[]byte("v")}, nil)
+		c.committed(seq, [][]byte{[]byte(fmt.Sprint("k", seq))}, [][]byte{[]byte("v")}, nil, nil)
 	}
 	c.fill("other", v("o"), 4)
 	for seq := 2; seq <= 4; seq++ {
@@ -338,7 +338,7 @@ func TestCacheLists(t *testing.T) {
 	if _, ok := c.lookupList("ctl/fw/s2/", &min); !ok || min != 5 {
 		t.Fatalf("list ahead of the cache: min %d", min)
 	}
-	c.committed(4, [][]byte{[]byte("ctl/dk/s1/4/d")}, [][]byte{[]byte("x")}, nil)
+	c.committed(4, [][]byte{[]byte("ctl/dk/s1/4/d")}, [][]byte{[]byte("x")}, nil, nil)
 	if _, ok := c.lookupList("ctl/dk/s1/", new(uint64)); ok {
 		t.Fatal("an own commit under the prefix did not evict the list")
 	}

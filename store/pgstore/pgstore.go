@@ -552,7 +552,10 @@ type batch struct {
 	sec   *section
 	ops   []op
 	notes []string
-	done  bool
+	// empties are prefixes with no record once the batch commits
+	// (NoteEmpty).
+	empties []string
+	done    bool
 }
 
 // NewBatch starts a batch that takes the writer lock for its commit.
@@ -576,6 +579,13 @@ func (b *batch) Delete(key string) { b.ops = append(b.ops, op{k: []byte(key), de
 
 // Notify adds a notification delivered to every Listen if the batch commits.
 func (b *batch) Notify(payload string) { b.notes = append(b.notes, payload) }
+
+// NoteEmpty implements store.EmptyNoter.
+func (b *batch) NoteEmpty(prefix string) {
+	if strings.HasSuffix(prefix, "/") {
+		b.empties = append(b.empties, prefix)
+	}
+}
 
 func (b *batch) Discard() { b.done = true }
 
@@ -702,6 +712,10 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func(
 			putK, putV = append(putK, o.k), append(putV, o.v)
 		}
 	}
+	// A prefix noted empty that the batch writes under is not.
+	empties := slices.DeleteFunc(slices.Clone(b.empties), func(p string) bool {
+		return slices.ContainsFunc(written, func(k string) bool { return strings.HasPrefix(k, p) })
+	})
 	var pb pgx.Batch
 	seqAt := -1
 	if seq == 0 {
@@ -745,7 +759,7 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func(
 			// COMMIT of a failed transaction answers ROLLBACK, not an error.
 			return fmt.Errorf("commit: %w", classify(errors.New("transaction did not commit")))
 		}
-		s.cache.committed(seq, putK, putV, delK)
+		s.cache.committed(seq, putK, putV, delK, empties)
 		return nil
 	}
 }

@@ -591,6 +591,58 @@ func TestListCacheAcrossStores(t *testing.T) {
 	check(b.Lagging(), want, 2) // not kept: too long for one page
 }
 
+// A prefix a batch notes empty (store.EmptyNoter) is answered empty from
+// the committing process's cache, without a read; one the batch writes
+// under is not taken for empty, and a later commit under the prefix,
+// from any process, is seen.
+func TestNotedEmptyPrefix(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	a, b := open(t, url), open(t, url)
+	listen(t, a)
+	listen(t, b)
+	scan := func(st *pgstore.Store, prefix string) (keys []string, lists int64) {
+		t.Helper()
+		before := st.DBLists()
+		if err := st.Lagging().Scan(prefix, "", false, func(k string, _ []byte) (bool, error) {
+			keys = append(keys, k)
+			return true, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return keys, st.DBLists() - before
+	}
+	bt := a.NewBatch()
+	if err := bt.Put("srv/s1", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := bt.Put("dk/s1/1", "written in the batch"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"fw/s1/", "dk/s1/"} {
+		bt.(store.EmptyNoter).NoteEmpty(p)
+	}
+	if err := bt.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if keys, lists := scan(a, "fw/s1/"); len(keys) != 0 || lists != 0 {
+		t.Fatalf("noted-empty prefix: %q with %d reads, want none with none", keys, lists)
+	}
+	if keys, _ := scan(a, "dk/s1/"); !slices.Equal(keys, []string{"dk/s1/1"}) {
+		t.Fatalf("prefix written in the batch: %q", keys)
+	}
+	if keys, lists := scan(b, "fw/s1/"); len(keys) != 0 || lists != 1 {
+		t.Fatalf("another process: %q with %d reads, want none with one", keys, lists)
+	}
+	if err := b.Put("fw/s1/1", "rule"); err != nil {
+		t.Fatal(err)
+	}
+	seq := b.DBSeq()
+	waitFor(t, "the cache to apply the commit", func() bool { s, _ := a.CacheSeq(); return s >= seq })
+	if keys, _ := scan(a, "fw/s1/"); !slices.Equal(keys, []string{"fw/s1/1"}) {
+		t.Fatalf("after another process wrote under it: %q", keys)
+	}
+}
+
 // TestWriterLockTakesNoReadConnection: with every read connection in use
 // (reads in flight), a change still takes the writer lock and commits, and
 // so does a batch of its own: the writers have connections of their own.
