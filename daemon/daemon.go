@@ -260,7 +260,12 @@ func (nd *node) openRuntime() error {
 				nd.runtime.Lost()
 			}
 		}
-		nd.group.add(component{name: "model runtime", phase: phaseRuntime, run: sup.Run})
+		// Critical: the supervisor returns only when ollama cannot be run
+		// at all (its port taken by another program, the binary gone), and
+		// a node without its runtime would stay up never ready and serve
+		// nothing. Stopped, hearthd exits with the reason and systemd
+		// restarts it.
+		nd.group.add(component{name: "model runtime", phase: phaseRuntime, run: sup.Run, critical: true})
 		nd.restartRuntime = sup.Restart
 	}
 	if nd.opts.restartRuntime != nil {

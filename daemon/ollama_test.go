@@ -37,12 +37,10 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ollamaAddr, err := testutil.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ollamaAddr := l.Addr().String()
-	l.Close()
 
 	cfg := Defaults()
 	cfg.StateDir = filepath.Join(dir, "state")
@@ -73,8 +71,15 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	nd := <-built
 	readyCtx, readyCancel := context.WithTimeout(t.Context(), hangGuard)
 	defer readyCancel()
-	if err := notify.WaitFor(readyCtx, "READY=1"); err != nil {
-		t.Fatalf("READY=1: %v (sent %q)", err, notify.Messages())
+	ready := make(chan error, 1)
+	go func() { ready <- notify.WaitFor(readyCtx, "READY=1") }()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("READY=1: %v (sent %q)", err, notify.Messages())
+		}
+	case err := <-done:
+		t.Fatalf("runNode returned before READY=1: %v", err)
 	}
 	client := &http.Client{Timeout: hangGuard}
 	defer client.CloseIdleConnections()
@@ -139,5 +144,37 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	if c, err := net.Dial("tcp", ollamaAddr); err == nil {
 		c.Close()
 		t.Fatal(fmt.Sprintf("ollama still listens on %s after hearthd stopped", ollamaAddr))
+	}
+}
+
+// A supervised runtime that cannot run at all (here its port is another
+// program's) stops the node with the reason, rather than leaving it up
+// and never ready; systemd then restarts hearthd.
+func TestNodeStopsWithoutItsRuntime(t *testing.T) {
+	noLeaks(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	cfg := Defaults()
+	cfg.StateDir = filepath.Join(dir, "state")
+	cfg.Listen, cfg.MetricsListen = "127.0.0.1:0", ""
+	cfg.OllamaStart, cfg.OllamaBin, cfg.OllamaURL = true, "true", "http://"+taken.Addr().String()
+	cfg.OllamaModelsDir = filepath.Join(dir, "models")
+	notify := &systemd.Fake{}
+	done := make(chan error, 1)
+	go func() { done <- runNode(t.Context(), cfg, "test", slog.New(slog.DiscardHandler), notify, options{}) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "in use by another program") {
+			t.Fatalf("runNode = %v, want the runtime's port named in use", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("the node stayed up without its runtime (sent %q)", notify.Messages())
+	}
+	if notify.Count("READY=1") != 0 {
+		t.Fatal("READY=1 without a runtime")
 	}
 }

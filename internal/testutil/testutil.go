@@ -6,9 +6,12 @@ package testutil
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,10 +36,15 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-// FreeAddr returns "127.0.0.1:port" with a port the kernel just handed out
-// and nothing listens on. Another process may take it before the caller
-// binds it, so prefer listening on port 0 and handing the listener over;
-// this is for programs that can only be told a port.
+// FreeAddr returns "127.0.0.1:port" with a port nothing listens on, for
+// programs that can only be told a port (prefer listening on port 0 and
+// handing the listener over). The port is drawn at random from below the
+// kernel's ephemeral range: a port from that range, which is what port 0
+// gives, can be taken before the program binds it by any outgoing
+// connection on the machine (many run in parallel while tests do), and a
+// supervised Ollama that finds its port taken refuses to start. Only a
+// program binding that very port could take one from below. Falls back
+// to port 0 if no such port is found free.
 func FreeAddr() (string, error) {
 	a, err := freeTCPAddr()
 	if err != nil {
@@ -55,13 +63,48 @@ func FreePort(t testing.TB) int {
 	return a.Port
 }
 
+// Ports FreeAddr draws from: below the ephemeral range (ephemeralLow, or
+// the kernel's setting) and above what services usually take.
+const (
+	lowestPort   = 10000
+	ephemeralLow = 32768
+)
+
 func freeTCPAddr() (*net.TCPAddr, error) {
+	if hi := ephemeralStart() - 1; hi > lowestPort {
+		for range 64 {
+			p := lowestPort + rand.IntN(hi-lowestPort+1)
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				continue // in use
+			}
+			defer ln.Close()
+			return ln.Addr().(*net.TCPAddr), nil
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("find a free port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr), nil
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return ephemeralLow
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return ephemeralLow
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return ephemeralLow
+	}
+	return lo
 }
 
 // RequireRoot fails the test unless it runs as root and every tool is in

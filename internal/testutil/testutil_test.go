@@ -84,6 +84,10 @@ func TestFreePort(t *testing.T) {
 		t.Fatalf("port %d is not free: %v", port, err)
 	}
 	ln.Close()
+	// Below the ephemeral range, where no outgoing connection takes it.
+	if lo := ephemeralStart(); port < lowestPort || port >= lo {
+		t.Fatalf("port %d is not in [%d, %d)", port, lowestPort, lo)
+	}
 	addr, err := FreeAddr()
 	if err != nil || !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
 		t.Fatalf("FreeAddr = %q, %v", addr, err)
