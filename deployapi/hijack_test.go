@@ -187,14 +187,10 @@ func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	}
 }
 
-// A connection handed back after its stream, waiting for its next
-// request when the drain begins, is closed by the drain: the server's own
-// shutdown would leave it open, with a goroutine reading it, for 5 s or,
-// if it had returned already, until the idle timeout.
-func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 3}, nil)
-	// A server of its own with an idle timeout beyond the test's reach.
-	srv := ta.api.Server(time.Minute, time.Hour)
+// serveAndDial serves srv on a loopback port until the test ends and
+// returns a connection to it, closed at the end too.
+func serveAndDial(t *testing.T, srv *fasthttp.Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +201,18 @@ func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
+}
+
+// A connection handed back after its stream, waiting for its next
+// request when the drain begins, is closed by the drain: the server's own
+// shutdown would leave it open, with a goroutine reading it, for 5 s or,
+// if it had returned already, until the idle timeout.
+func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 3}, nil)
+	// A server of its own with an idle timeout beyond the test's reach.
+	conn, br := serveAndDial(t, ta.api.Server(time.Minute, time.Hour))
 	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -258,19 +264,8 @@ func TestKeepAliveUnwrapsTheHijackedConnection(t *testing.T) {
 			go func() { _ = srv.ServeConn(next) }()
 		})
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown() })
-	conn, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn, br := serveAndDial(t, srv)
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	br := bufio.NewReader(conn)
 	const get = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 	exchange := func(req string, answers int) {
 		t.Helper()
