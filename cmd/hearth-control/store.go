@@ -21,7 +21,7 @@ func openStore(ctx context.Context, cfg settings, logger *slog.Logger) (store.KV
 		}
 		return st, nil
 	}
-	st, err := pgstore.Open(ctx, cfg.DatabaseURL, pgstore.Options{Logger: logger})
+	st, err := pgstore.Open(ctx, cfg.DatabaseURL, pgstore.Options{Logger: logger, KeepOpen: true})
 	if err != nil {
 		return nil, fmt.Errorf("database_url: %w", err)
 	}

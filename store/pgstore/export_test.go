@@ -34,3 +34,11 @@ func (s *Store) HoldReader() (release func()) {
 	}
 	return c.Release
 }
+
+// Conns is how many connections the read and writer pools hold open.
+func (s *Store) Conns() (reads, writers int32) {
+	return s.pool.Stat().TotalConns(), s.writers.Stat().TotalConns()
+}
+
+// WriterConns is the writer pool's size.
+const WriterConns = writerConns

@@ -67,6 +67,12 @@ type Options struct {
 	MaxConns int32
 	// Logger receives the listener's reconnects. Default discards.
 	Logger *slog.Logger
+	// KeepOpen opens every connection of both pools at start and keeps
+	// them open (unless the URL sets pool_min_conns), so that a burst of
+	// requests never waits for connections to be made: a pool grown on
+	// demand made the first creates of a burst wait 300 ms and more, the
+	// writer lock's holder among them, whose reads share the read pool.
+	KeepOpen bool
 }
 
 // Store is a PostgreSQL database holding the control plane's records.
@@ -122,6 +128,16 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	wcfg := cfg.Copy()
 	wcfg.MaxConns = writerConns
+	if o.KeepOpen && cfg.MinConns == 0 {
+		cfg.MinConns, wcfg.MinConns = cfg.MaxConns, wcfg.MaxConns
+		// Opened together, they would all reach their lifetime together.
+		for _, c := range []*pgxpool.Config{cfg, wcfg} {
+			if c.MaxConnLifetimeJitter == 0 {
+				c.MaxConnLifetimeJitter = c.MaxConnLifetime / 4
+			}
+		}
+	}
+	wcfg.MinConns = min(wcfg.MinConns, wcfg.MaxConns) // a pool_min_conns for the reads
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("database: %w", err)

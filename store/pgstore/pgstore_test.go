@@ -749,3 +749,19 @@ func TestGetRawSharesCachedBytes(t *testing.T) {
 		t.Fatalf("missing key: %v", err)
 	}
 }
+
+// TestKeepOpen: with KeepOpen both pools open every connection at start,
+// without a request asking for them; without it they grow on demand.
+func TestKeepOpen(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	lazy := open(t, url)
+	st, err := pgstore.Open(context.Background(), url, pgstore.Options{OpTimeout: 5 * time.Second, MaxConns: 6, KeepOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	waitFor(t, "every connection open", func() bool { r, w := st.Conns(); return r == 6 && w == pgstore.WriterConns })
+	if r, w := lazy.Conns(); r > 2 || w > 0 {
+		t.Errorf("without KeepOpen: %d read and %d writer connections open after start, want them made on demand", r, w)
+	}
+}
