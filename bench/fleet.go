@@ -58,6 +58,7 @@ type FleetConfig struct {
 	CreateDuration time.Duration
 	MaxCreates     int
 	ChurnDuration  time.Duration // creates, rule changes and deletes
+	RulesPerServer int           // firewall rules a client keeps per server (default rulesPerServer)
 	IdleDuration   time.Duration // the fleet connected, no API traffic
 	// ReportDuration and ReportConcurrency shape the report burst: that
 	// many nodes' observed states posted back to back.
@@ -75,9 +76,12 @@ type FleetConfig struct {
 	SettleTimeout time.Duration
 	DrainTimeout  time.Duration
 
-	ProfileDir  string    // CPU and heap profiles per phase (ControlBin must be a profiling build)
-	ControlLog  io.Writer // the control plane's output; nil discards it
-	ControlArgs []string  // extra `hearth-control serve` arguments
+	ProfileDir string    // CPU and heap profiles per phase (ControlBin must be a profiling build)
+	ControlLog io.Writer // the control plane's output; nil discards it
+	// LatencyDir receives each load phase's requests, one CSV line each
+	// (opRecorder.latencyCSV): when the tail happened, not only how long.
+	LatencyDir  string
+	ControlArgs []string // extra `hearth-control serve` arguments
 	// NoFile is the open-file limit of this process, which the control
 	// plane inherits.
 	NoFile uint64
@@ -89,6 +93,9 @@ func (c *FleetConfig) defaults() {
 		if *d <= 0 {
 			*d = v
 		}
+	}
+	if c.RulesPerServer <= 0 {
+		c.RulesPerServer = rulesPerServer
 	}
 	if c.Backend == "" {
 		c.Backend = BackendPebble
@@ -400,7 +407,7 @@ func (r *fleetRun) run(ctx context.Context, nodes int) error {
 		}
 		r.clients = append(r.clients, &mgmtClient{index: i, token: tok, urls: urls, next: i, http: mgmtHTTP,
 			prop: r.prop, live: &r.count.live, limit: int64(nodes - cfg.Clients),
-			rng: rand.New(rand.NewPCG(uint64(i), 1))})
+			rng: rand.New(rand.NewPCG(uint64(i), 1)), rules: cfg.RulesPerServer})
 	}
 
 	nodeCtx, stopNodes := context.WithCancel(ctx)
@@ -533,6 +540,12 @@ func (r *fleetRun) load(ctx context.Context, name string, mix [3]int, d time.Dur
 	}
 	wg.Wait()
 	done()
+	if dir := r.cfg.LatencyDir; dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("%s.%s.latency.csv", r.cfg.fileStem(), name))
+		if err := os.WriteFile(path, rec.latencyCSV(start), 0o644); err != nil {
+			r.cfg.Log.Warn("fleet: latency log", "err", err)
+		}
+	}
 	return rec.stats(time.Since(start))
 }
 

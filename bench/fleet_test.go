@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,10 @@ func smallFleet(t *testing.T, bin string) FleetConfig {
 	return FleetConfig{
 		ControlBin: bin, WorkDir: t.TempDir(), Nodes: 50, Clients: 4, EnrollConcurrency: 8,
 		CreateDuration: time.Second, MaxCreates: 20, ChurnDuration: 1500 * time.Millisecond,
-		IdleDuration: time.Second, ReportDuration: 500 * time.Millisecond, ReportConcurrency: 8,
+		// One rule per server: a server's second rule change is a delete
+		// and an add, so the short churn has deletes even on a busy machine.
+		RulesPerServer: 1,
+		IdleDuration:   time.Second, ReportDuration: 500 * time.Millisecond, ReportConcurrency: 8,
 		ReportInterval: time.Second, ReportRefresh: 2 * time.Second, PollWait: 5 * time.Second,
 		SettleTimeout: time.Minute, DrainTimeout: time.Minute, NoFile: noFile,
 		ControlLog: logs,
@@ -183,5 +187,23 @@ func TestFleetDatabaseOnPrivatePostgres(t *testing.T) {
 	}
 	if _, after := s.cpu(); after <= before {
 		t.Fatalf("PostgreSQL CPU %v → %v after a query", before, after)
+	}
+}
+
+// TestLatencyCSV: each answered request is one line, its answer time and
+// latency in microseconds from the phase's start; failures are not listed.
+func TestLatencyCSV(t *testing.T) {
+	start := time.Date(2026, 11, 28, 5, 0, 0, 0, time.UTC)
+	var r opRecorder
+	r.lat[opCreate] = []time.Duration{40 * time.Millisecond, 1500 * time.Microsecond}
+	r.ends[opCreate] = []time.Time{start.Add(50 * time.Millisecond), start.Add(2 * time.Second)}
+	r.lat[opDelete] = []time.Duration{time.Millisecond}
+	r.ends[opDelete] = []time.Time{start.Add(time.Second)}
+	r.fail(opCreate, errors.New("refused"))
+	want := "# phase start 2026-11-28T05:00:00Z (unix µs 1795842000000000)\n" +
+		"op,answered_us,latency_us\n" +
+		"create,50000,40000\ncreate,2000000,1500\ndelete,1000000,1000\n"
+	if got := string(r.latencyCSV(start)); got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }

@@ -29,8 +29,9 @@ const (
 
 var opNames = [numOps]string{"create", "rule_add", "rule_delete", "delete"}
 
-// rulesPerServer is how many firewall rules a client keeps on a server: a
-// rule change beyond it replaces the oldest rule (delete, then add).
+// rulesPerServer is how many firewall rules a client keeps on a server
+// unless FleetConfig.RulesPerServer says otherwise: a rule change beyond it
+// replaces the oldest rule (delete, then add).
 const rulesPerServer = 3
 
 // OpStats is what one kind of management request did in one phase.
@@ -50,6 +51,7 @@ type OpStats struct {
 type opRecorder struct {
 	mu      sync.Mutex
 	lat     [numOps][]time.Duration
+	ends    [numOps][]time.Time // when each of lat was answered
 	noCap   [numOps]int
 	errs    [numOps]int
 	samples [numOps][]string
@@ -58,6 +60,7 @@ type opRecorder struct {
 func (r *opRecorder) ok(op int, d time.Duration) {
 	r.mu.Lock()
 	r.lat[op] = append(r.lat[op], d)
+	r.ends[op] = append(r.ends[op], time.Now())
 	r.mu.Unlock()
 }
 
@@ -73,6 +76,24 @@ func (r *opRecorder) fail(op int, err error) {
 	if len(r.samples[op]) < 5 {
 		r.samples[op] = append(r.samples[op], err.Error())
 	}
+}
+
+// latencyCSV lists every answered request of the phase that began at
+// start: its operation, when it was answered and its latency, both in
+// microseconds, in the order answered per operation; a comment line first
+// gives the start's wall-clock time, to line the requests up with other
+// logs.
+func (r *opRecorder) latencyCSV(start time.Time) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# phase start %s (unix µs %d)\nop,answered_us,latency_us\n", start.UTC().Format(time.RFC3339Nano), start.UnixMicro())
+	for op := range numOps {
+		for i, d := range r.lat[op] {
+			fmt.Fprintf(&b, "%s,%d,%d\n", opNames[op], r.ends[op][i].Sub(start).Microseconds(), d.Microseconds())
+		}
+	}
+	return b.Bytes()
 }
 
 // stats summarises the phase, which lasted elapsed.
@@ -127,6 +148,7 @@ type mgmtClient struct {
 	servers []*ownServer
 	seq     int
 	rng     *rand.Rand
+	rules   int // rules kept per server (rulesPerServer)
 }
 
 // createOrDelete creates a server if the fleet has room, else deletes one
@@ -165,7 +187,7 @@ func (c *mgmtClient) create(ctx context.Context, rec *opRecorder) {
 }
 
 // changeRule adds a rule to one of the client's servers, or when it holds
-// rulesPerServer, replaces the oldest (delete, then add: both are done, so
+// c.rules, replaces the oldest (delete, then add: both are done, so
 // a server's last change is always one its node can see).
 func (c *mgmtClient) changeRule(ctx context.Context, rec *opRecorder) {
 	if len(c.servers) == 0 {
@@ -173,7 +195,7 @@ func (c *mgmtClient) changeRule(ctx context.Context, rec *opRecorder) {
 		return
 	}
 	s := c.servers[c.rng.IntN(len(c.servers))]
-	if len(s.rules) >= rulesPerServer {
+	if len(s.rules) >= c.rules {
 		rid := s.rules[0]
 		start := time.Now()
 		at, err := c.do(ctx, http.MethodDelete, "/v1/servers/"+s.id+"/firewall-rules/"+rid, nil, http.StatusNoContent, nil)

@@ -17,6 +17,9 @@ type Machine struct {
 	CPU    string `json:"cpu"`
 	Kernel string `json:"kernel"`
 	Go     string `json:"go"`
+	// KernelMonitor names the kernel's memory monitors that were on
+	// (kernelMonitor): their periodic work stalls a core.
+	KernelMonitor string `json:"kernel_monitor,omitempty"`
 }
 
 // ThisMachine reads the machine description from /proc.
@@ -33,6 +36,7 @@ func ThisMachine() Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	m.KernelMonitor = kernelMonitor(damonRoot)
 	return m
 }
 
@@ -65,6 +69,9 @@ func writeRunHeader(b *strings.Builder, started time.Time, m Machine, command st
 	if !started.IsZero() {
 		fmt.Fprintf(b, "Run %s on %d × %s, Linux %s, %s.\n\n", started.UTC().Format(time.RFC3339),
 			m.NProc, m.CPU, m.Kernel, m.Go)
+		if m.KernelMonitor != "" {
+			fmt.Fprintf(b, "Kernel memory monitor on: %s.\n\n", m.KernelMonitor)
+		}
 	}
 	if command != "" {
 		fmt.Fprintf(b, "Command: `%s`\n\n", command)

@@ -68,6 +68,7 @@ func parseFleetFlags(args []string) (bench.FleetConfig, fleetFlags, error) {
 	fs.StringVar(&f.out, "out", "bench/results", "directory for the JSON and Markdown results")
 	fs.StringVar(&f.profile, "profile", "", "directory for the control plane's CPU profiles per phase, heap and goroutines (builds hearth-control with a pprof listener)")
 	fs.StringVar(&f.controlLog, "control-log", "", "file for the control plane's output (default: discarded)")
+	fs.StringVar(&c.LatencyDir, "latency-log", "", "directory for each load phase's requests as CSV (operation, when answered, latency), to place the tail in time")
 	controlArgs := fs.String("control-args", "", "extra space-separated `hearth-control serve` arguments")
 	if err := fs.Parse(args); err != nil {
 		return c, f, err
@@ -101,9 +102,11 @@ func runFleet(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	defer os.RemoveAll(work)
 	c.WorkDir = work
-	if f.profile != "" {
-		if err := os.MkdirAll(f.profile, 0o755); err != nil {
-			return fmt.Errorf("profile dir: %w", err)
+	for _, dir := range []string{f.profile, c.LatencyDir} {
+		if dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("output dir: %w", err)
+			}
 		}
 	}
 	if c.ControlBin == "" || f.profile != "" {
