@@ -12,7 +12,7 @@ import (
 
 func (a *app) apiKeyCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "api-key", Aliases: []string{"api-keys"}, Short: "Issue and revoke a deployment's API keys"}
-	cmd.AddCommand(a.apiKeyCreate(), a.apiKeyList(), a.apiKeyDelete())
+	cmd.AddCommand(a.apiKeyCreate(), a.apiKeyList(), a.apiKeyGet(), a.apiKeyDelete())
 	return cmd
 }
 
@@ -83,6 +83,10 @@ func (a *app) apiKeyCreate() *cobra.Command {
 func (a *app) apiKeyList() *cobra.Command {
 	return subList(a, "List a deployment's API keys with their usage (never their secrets)", "API keys",
 		(*client.Client).ListAPIKeys, (*client.Client).AllAPIKeys, renderAPIKeys)
+}
+
+func (a *app) apiKeyGet() *cobra.Command {
+	return subGet(a, "KEY", "Show an API key (dk_…) with its usage (never its secret)", (*client.Client).GetAPIKey, renderAPIKeys)
 }
 
 func (a *app) apiKeyDelete() *cobra.Command {

@@ -13,7 +13,7 @@ import (
 
 func (a *app) firewallRuleCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "firewall-rule", Aliases: []string{"firewall-rules"}, Short: "Manage a server's firewall rules"}
-	cmd.AddCommand(a.ruleAdd(), a.ruleList(), a.ruleDelete())
+	cmd.AddCommand(a.ruleAdd(), a.ruleList(), a.ruleGet(), a.ruleDelete())
 	return cmd
 }
 
@@ -83,6 +83,10 @@ func (a *app) ruleList() *cobra.Command {
 		(*client.Client).ListFirewallRules, (*client.Client).AllFirewallRules, renderRules)
 }
 
+func (a *app) ruleGet() *cobra.Command {
+	return subGet(a, "RULE", "Show a firewall rule (fw_…) of a server", (*client.Client).GetFirewallRule, renderRules)
+}
+
 func (a *app) ruleDelete() *cobra.Command {
 	return subDelete(a, "RULE", "Delete a firewall rule (fw_…) of a server", "Firewall rule", (*client.Client).DeleteFirewallRule)
 }
@@ -118,6 +122,34 @@ func subList[T any](a *app, short, what string,
 	}
 	a.serverFlag(cmd, &server)
 	l.add(cmd)
+	return cmd
+}
+
+// subGet builds the `get ID --server SERVER` command of a server's
+// sub-resource: one item, as its list shows it.
+func subGet[T any](a *app, arg, short string, get func(*client.Client, context.Context, string, string) (T, error),
+	render func(io.Writer, []T, time.Time) error) *cobra.Command {
+	var server string
+	cmd := &cobra.Command{
+		Use:   "get " + arg + " --server SERVER",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			c, id, err := a.connectServer(cmd.Context(), server)
+			if err != nil {
+				return err
+			}
+			item, err := get(c, cmd.Context(), id, args[0])
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(item)
+			}
+			return render(a.out, []T{item}, a.now())
+		}),
+	}
+	a.serverFlag(cmd, &server)
 	return cmd
 }
 

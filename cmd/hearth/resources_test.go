@@ -153,6 +153,18 @@ func TestFirewallRuleCommands(t *testing.T) {
 	h.fails(exitUsage, "firewall-rule", "add", "--protocol", "tcp")
 	h.fails(exitNotFound, "firewall-rule", "list", "--server", "nosuch")
 
+	var got client.FirewallRule
+	h.json(&got, "firewall-rule", "get", ssh.ID, "--server", "fw")
+	if got.ID != ssh.ID || got.PortRange == nil || *got.PortRange != "22" || got.Description != "ssh" {
+		t.Fatalf("get: %+v", got)
+	}
+	one := tableRows(t, h.ok("firewall-rule", "get", ssh.ID, "--server", "fw", "-o", "table").out,
+		"ID", "DIRECTION", "PROTOCOL", "PORTS", "ADDRESS", "ACTION", "DESCRIPTION", "AGE")
+	if len(one) != 1 || one[0]["ID"] != ssh.ID || one[0]["PORTS"] != "22" {
+		t.Fatalf("get table: %v", one)
+	}
+	h.fails(exitUsage, "firewall-rule", "get", "--server", "fw")
+
 	if r := h.ok("firewall-rule", "delete", ssh.ID, "--server", "fw", "-o", "table"); r.out != "Firewall rule "+ssh.ID+" deleted.\n" {
 		t.Fatalf("delete: %v", r)
 	}
@@ -221,8 +233,26 @@ func TestAPIKeyCommands(t *testing.T) {
 		t.Fatalf("negative limit: %v", r)
 	}
 
+	for _, out := range []string{"json", "table"} {
+		r := h.ok("api-key", "get", created.ID, "--server", "dep", "-o", out)
+		if strings.Contains(r.out, *created.Key) || strings.Contains(r.out, `"key"`) || !strings.Contains(r.out, created.ID) {
+			t.Fatalf("get -o %s: shows a secret or not the key:\n%s", out, r.out)
+		}
+	}
+	var got client.APIKey
+	h.json(&got, "api-key", "get", created.ID, "--server", "dep")
+	if got.ID != created.ID || got.Name != "ci" || got.RequestsPerMinute != 60 || got.ServerID != created.ServerID {
+		t.Fatalf("get: %+v", got)
+	}
+	one := tableRows(t, h.ok("api-key", "get", created.ID, "--server", "dep", "-o", "table").out,
+		"ID", "NAME", "HINT", "EXPIRES", "LIMITS", "REQUESTS", "TOKENS", "LAST USED", "AGE")
+	if len(one) != 1 || one[0]["LIMITS"] != "60 req/min, 1000 tok/min" {
+		t.Fatalf("get table: %v", one)
+	}
+
 	if r := h.ok("api-key", "delete", created.ID, "--server", "dep", "-o", "table"); r.out != fmt.Sprintf("API key %s deleted.\n", created.ID) {
 		t.Fatalf("delete: %v", r)
 	}
 	h.fails(exitNotFound, "api-key", "delete", created.ID, "--server", "dep")
+	h.fails(exitNotFound, "api-key", "get", created.ID, "--server", "dep")
 }
