@@ -155,9 +155,11 @@ func TestUnitContracts(t *testing.T) {
 			"StateDirectory=hearth", "RuntimeDirectory=hearth",
 			"CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE CAP_DAC_OVERRIDE CAP_CHOWN CAP_FOWNER",
 			"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+			"Restart=on-failure", "StartLimitIntervalSec=0",
 		},
 		"hearthd.socket":         {"FileDescriptorName=api", "Service=hearthd.service"},
-		"hearth-control.service": {"Type=notify", "DynamicUser=yes", "StateDirectory=hearth-control", "CapabilityBoundingSet=\n"},
+		"hearth-control.service": {"Type=notify", "DynamicUser=yes", "StateDirectory=hearth-control", "CapabilityBoundingSet=\n",
+			"Restart=on-failure", "StartLimitIntervalSec=0"},
 		"hearth-control.socket":  {"FileDescriptorName=api", "Service=hearth-control.service"},
 	}
 	for name, lines := range want {
