@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/hearthd/hearth/store"
@@ -136,3 +137,42 @@ func ReportsQueued(s *Server) int {
 
 // ReportChanges is how many changes applying node reports s has made.
 func ReportChanges(s *Server) uint64 { return s.reportChanges.Load() }
+
+// DryRunStatusReads stages server id's record, its status changed to
+// status, in a dry run (as a node report is first decided) and returns how
+// many reads of s's store that made beyond the dry run's own reader.
+func DryRunStatusReads(s *Server, id, status string) (int, error) {
+	var rec serverRec
+	found := false
+	if err := s.eachServer(func(r serverRec) (bool, error) {
+		rec, found = r, r.ID == id
+		return !found, nil
+	}); err != nil || !found {
+		return 0, fmt.Errorf("server %s: found %v, %v", id, found, err)
+	}
+	s.mu.Lock()
+	orig := s.st
+	reads := 0
+	s.st = readCountingKV{KV: orig, n: &reads}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.st = orig
+		s.mu.Unlock()
+	}()
+	m := s.dryRun(orig)
+	defer m.discard()
+	rec.Status = status
+	err := m.put(rec.key(), rec)
+	return reads, err
+}
+
+type readCountingKV struct {
+	store.KV
+	n *int
+}
+
+func (c readCountingKV) Get(k string, v any) error {
+	*c.n++
+	return c.KV.Get(k, v)
+}

@@ -22,7 +22,13 @@ func statusKey(rec serverRec) string {
 
 // indexServer moves rec's entry in the status index if this change moves
 // its status (the status as stored, or as staged earlier in this change).
+// A dry run's batch is thrown away: it indexes nothing, and so reads
+// nothing (a strong read outside the lock, a round trip on a database,
+// at every node report that changes a status).
 func (m *mutation) indexServer(rec serverRec) error {
+	if m.dry {
+		return nil
+	}
 	if m.srvStatus == nil {
 		m.srvStatus = map[string]string{}
 	}
@@ -34,7 +40,7 @@ func (m *mutation) indexServer(rec serverRec) error {
 		var stored struct {
 			Status string `json:"status"`
 		}
-		switch err := m.s.st.Get(rec.key(), &stored); {
+		switch err := m.r.Get(rec.key(), &stored); {
 		case err == nil:
 			old = stored.Status
 		case !errors.Is(err, store.ErrNotFound):
