@@ -129,36 +129,36 @@ func subList[T any](a *app, short, what string,
 // sub-resource: one item, as its list shows it.
 func subGet[T any](a *app, arg, short string, get func(*client.Client, context.Context, string, string) (T, error),
 	render func(io.Writer, []T, time.Time) error) *cobra.Command {
-	var server string
-	cmd := &cobra.Command{
-		Use:   "get " + arg + " --server SERVER",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			c, id, err := a.connectServer(cmd.Context(), server)
-			if err != nil {
-				return err
-			}
-			item, err := get(c, cmd.Context(), id, args[0])
-			if err != nil {
-				return err
-			}
-			if a.json() {
-				return a.printJSON(item)
-			}
-			return render(a.out, []T{item}, a.now())
-		}),
-	}
-	a.serverFlag(cmd, &server)
-	return cmd
+	return subItem(a, "get", arg, short, func(ctx context.Context, c *client.Client, server, id string) error {
+		item, err := get(c, ctx, server, id)
+		if err != nil {
+			return err
+		}
+		if a.json() {
+			return a.printJSON(item)
+		}
+		return render(a.out, []T{item}, a.now())
+	})
 }
 
 // subDelete builds the `delete ID --server SERVER` command of a server's
 // sub-resource; what names it in the message ("API key").
 func subDelete(a *app, arg, short, what string, del func(*client.Client, context.Context, string, string) error) *cobra.Command {
+	return subItem(a, "delete", arg, short, func(ctx context.Context, c *client.Client, server, id string) error {
+		if err := del(c, ctx, server, id); err != nil {
+			return err
+		}
+		a.say("%s %s deleted.", what, id)
+		return nil
+	})
+}
+
+// subItem builds `VERB ID --server SERVER` for one item of a server's
+// sub-resource: run gets the server's ID and the item's.
+func subItem(a *app, verb, arg, short string, run func(ctx context.Context, c *client.Client, server, id string) error) *cobra.Command {
 	var server string
 	cmd := &cobra.Command{
-		Use:   "delete " + arg + " --server SERVER",
+		Use:   verb + " " + arg + " --server SERVER",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -166,11 +166,7 @@ func subDelete(a *app, arg, short, what string, del func(*client.Client, context
 			if err != nil {
 				return err
 			}
-			if err := del(c, cmd.Context(), id, args[0]); err != nil {
-				return err
-			}
-			a.say("%s %s deleted.", what, args[0])
-			return nil
+			return run(cmd.Context(), c, id, args[0])
 		}),
 	}
 	a.serverFlag(cmd, &server)
