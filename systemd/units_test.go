@@ -157,10 +157,10 @@ func TestUnitContracts(t *testing.T) {
 			"RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
 			"Restart=on-failure", "StartLimitIntervalSec=0",
 		},
-		"hearthd.socket":         {"FileDescriptorName=api", "Service=hearthd.service"},
+		"hearthd.socket": {"FileDescriptorName=api", "Service=hearthd.service"},
 		"hearth-control.service": {"Type=notify", "DynamicUser=yes", "StateDirectory=hearth-control", "CapabilityBoundingSet=\n",
 			"Restart=on-failure", "StartLimitIntervalSec=0"},
-		"hearth-control.socket":  {"FileDescriptorName=api", "Service=hearth-control.service"},
+		"hearth-control.socket": {"FileDescriptorName=api", "Service=hearth-control.service"},
 	}
 	for name, lines := range want {
 		b, err := os.ReadFile(name)
