@@ -399,6 +399,10 @@ func (nd *node) serveAPI(ctx context.Context) error {
 	nd.status("draining in-flight requests")
 	nd.log.Info("shutting down: draining in-flight requests", "timeout", nd.cfg.ShutdownTimeout)
 	nd.api.Shutdown(nd.srv, nd.cfg.ShutdownTimeout)
+	// fasthttp's Shutdown closes the listeners Serve has taken so far: a
+	// stop that came before Serve took this one (a node stopping as it
+	// starts) left Serve accepting for ever.
+	_ = nd.ln.Close()
 	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
 		nd.log.Warn("deployment API listener", "err", err)
 	}
