@@ -48,6 +48,30 @@ func (s *served) limits(ctx context.Context) llm.Limits {
 	return l
 }
 
+// answersLogprobs tells whether the runtime answers logprobs, asking it the
+// first time (and again after a failure, which is returned). It has its own
+// lock so that requests without logprobs never wait for the question.
+func (s *served) answersLogprobs(ctx context.Context) (bool, error) {
+	s.lpMu.Lock()
+	defer s.lpMu.Unlock()
+	if s.lpKnown {
+		return s.lp, nil
+	}
+	la, ok := s.rt.(llm.LogprobsAnswerer)
+	if !ok {
+		s.lpKnown = true
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	lp, err := la.AnswersLogprobs(ctx)
+	if err != nil {
+		return false, fmt.Errorf("ask whether the runtime answers logprobs: %w", err)
+	}
+	s.lp, s.lpKnown = lp, true
+	return lp, nil
+}
+
 // ModelInfo is what the runtime says of the model served now: its context
 // length and capabilities (0 and nil until known).
 func (a *API) ModelInfo() (contextLength int, capabilities []string) {
@@ -146,10 +170,18 @@ var (
 // no generation runs past it.
 func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request, params *limitParams) *openai.Error {
 	l := s.limits(ctx)
-	if r.Options.Logprobs && !l.Logprobs {
-		// Found by asking the runtime (llm.Limits), not from its version.
-		return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
-			Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
+	if r.Options.Logprobs {
+		// Found by asking the runtime (llm.LogprobsAnswerer), not from its
+		// version; a runtime that could not be asked is not judged.
+		lp, err := s.answersLogprobs(ctx)
+		if err != nil {
+			a.log.Warn("request failed at the runtime", "status", 503, "err", err)
+			return openai.Unavailable("The model runtime is unreachable or not ready; please retry shortly.")
+		}
+		if !lp {
+			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
+				Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
+		}
 	}
 	if e := a.checkThink(l, &r.Options, params); e != nil {
 		return e

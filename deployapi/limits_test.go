@@ -138,7 +138,17 @@ func TestLogprobs(t *testing.T) {
 			t.Fatal("the runtime was called")
 		}
 	})
-	ta := startAPI(t, fake.Config{Tokens: []string{"a", "b"}, TokenCount: 2, Limits: llm.Limits{Logprobs: true}}, nil)
+	ta := startAPI(t, fake.Config{Tokens: []string{"a", "b"}, TokenCount: 2, Logprobs: true}, nil)
+	// Whether the runtime answers logprobs is asked once a request wants
+	// them, not before: the question may cost the runtime a generation.
+	plain := ta.post(t, chatBody("hi", ""), nil)
+	plain.Body.Close()
+	if plain.StatusCode != 200 {
+		t.Fatalf("plain request: %d", plain.StatusCode)
+	}
+	if n := ta.rt.LogprobsAsked(); n != 0 {
+		t.Fatalf("a request without logprobs asked the runtime about them %d times", n)
+	}
 	resp := ta.post(t, chatBody("hi", `,"logprobs":true,"top_logprobs":2`), nil)
 	m := decodeJSON(t, resp.Body)
 	content := m["choices"].([]any)[0].(map[string]any)["logprobs"].(map[string]any)["content"].([]any)
@@ -166,6 +176,28 @@ func TestLogprobs(t *testing.T) {
 	}
 	if strings.Join(tokens, "") != "ab" {
 		t.Fatalf("streamed logprob tokens %q", tokens)
+	}
+	if n := ta.rt.LogprobsAsked(); n != 1 {
+		t.Fatalf("the runtime was asked about logprobs %d times, want once", n)
+	}
+}
+
+// A runtime that cannot be asked whether it answers logprobs is not judged
+// by it: the request gets 503 with Retry-After, reaches no generation, and
+// the next one asks again.
+func TestLogprobsUnknown(t *testing.T) {
+	ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 1, LogprobsErr: llm.ErrUnavailable}, nil)
+	for i := 1; i <= 2; i++ {
+		resp := ta.post(t, chatBody("hi", `,"logprobs":true`), nil)
+		if e := errorOf(t, resp); resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || e["type"] != "server_error" {
+			t.Fatalf("%d %v", resp.StatusCode, e)
+		}
+		if ta.rt.LastRequest() != nil {
+			t.Fatal("the runtime was called")
+		}
+		if n := ta.rt.LogprobsAsked(); n != i {
+			t.Fatalf("asked %d times after %d requests", n, i)
+		}
 	}
 }
 

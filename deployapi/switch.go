@@ -26,10 +26,14 @@ type served struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	// What the model can take, asked of the runtime once (limits.go).
+	// What the model can take, asked of the runtime once (limits.go);
+	// whether it answers logprobs, asked once a request wants them.
 	limMu    sync.Mutex
 	lim      llm.Limits
 	limKnown bool
+	lpMu     sync.Mutex
+	lp       bool
+	lpKnown  bool
 }
 
 func (a *API) newServed(model string, rt llm.Runtime) *served {

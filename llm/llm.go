@@ -72,6 +72,16 @@ type Limited interface {
 	Limits(ctx context.Context) (Limits, error)
 }
 
+// LogprobsAnswerer is implemented by runtimes that can tell whether they
+// answer Options.Logprobs. Telling may cost a generation (the runtime is
+// asked, not judged by its version), so it is asked only once a request
+// wants logprobs: asked with the first request after a start it would delay
+// that request by a generation and replace the prompt the runtime keeps
+// cached with its own.
+type LogprobsAnswerer interface {
+	AnswersLogprobs(ctx context.Context) (bool, error)
+}
+
 // Limits are what a model can take, 0 where unknown or unset.
 type Limits struct {
 	// ContextLength is the tokens of one context: prompt and output
@@ -80,9 +90,6 @@ type Limits struct {
 	// NumPredict is the output cap the model's own configuration sets for
 	// a request that names none.
 	NumPredict int
-	// Logprobs: the runtime answers Options.Logprobs (found by asking it,
-	// not assumed from its version).
-	Logprobs bool
 	// Capabilities are what the runtime says the model can do, in its
 	// words (Ollama: "completion", "tools", "insert", "vision",
 	// "embedding", "thinking"); nil when it does not say.

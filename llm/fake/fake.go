@@ -57,6 +57,10 @@ type Config struct {
 	PromptTokens int
 	// Limits is what Limits reports.
 	Limits llm.Limits
+	// Logprobs is what AnswersLogprobs reports; LogprobsErr, if set, is its
+	// error instead.
+	Logprobs    bool
+	LogprobsErr error
 
 	// ChatErr, if set, is returned by Chat (for example an error wrapping
 	// runtime.ErrUnavailable or runtime.ErrTimeout, or a
@@ -97,6 +101,7 @@ type Runtime struct {
 	embedsStopped  int // ended by their context while held
 	lastCompletion *llm.CompletionRequest
 	completions    []llm.CompletionRequest // every request Complete received
+	logprobsAsked  int
 }
 
 // New returns a fake runtime behaving as cfg says.
@@ -155,6 +160,21 @@ func (r *Runtime) Limits(context.Context) (llm.Limits, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cfg.Limits, nil
+}
+
+// AnswersLogprobs implements llm.LogprobsAnswerer.
+func (r *Runtime) AnswersLogprobs(context.Context) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logprobsAsked++
+	return r.cfg.Logprobs, r.cfg.LogprobsErr
+}
+
+// LogprobsAsked is how many times AnswersLogprobs was called.
+func (r *Runtime) LogprobsAsked() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logprobsAsked
 }
 
 // Chat implements llm.Runtime.

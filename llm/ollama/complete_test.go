@@ -264,8 +264,12 @@ func testRealEmbeddingModel(t *testing.T, inst *ollamatest.Instance) {
 		t.Fatalf("Ready: %v", err)
 	}
 	l, err := b.Limits(ctx)
-	if err != nil || !slices.Equal(l.Capabilities, []string{"embedding"}) || l.Logprobs {
+	if err != nil || !slices.Equal(l.Capabilities, []string{"embedding"}) {
 		t.Fatalf("Limits = %+v, %v", l, err)
+	}
+	// An embedding model generates nothing to give logprobs of.
+	if lp, err := b.AnswersLogprobs(ctx); lp || err != nil {
+		t.Fatalf("AnswersLogprobs = %v, %v", lp, err)
 	}
 	e, err := b.Embed(ctx, &llm.EmbedRequest{Input: []string{"hello world"}})
 	if err != nil || len(e.Vectors) != 1 || len(e.Vectors[0]) != 64 {

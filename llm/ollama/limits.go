@@ -24,21 +24,17 @@ func (b *Backend) Limits(ctx context.Context) (llm.Limits, error) {
 	if err != nil {
 		return llm.Limits{}, b.apiError("show model "+b.cfg.Model, err)
 	}
-	l := limitsOf(resp)
-	if l.Capabilities != nil && !l.Can("completion") {
-		return l, nil // an embedding model: no generation to ask logprobs of
-	}
-	if l.Logprobs, err = b.answersLogprobs(ctx); err != nil {
-		return llm.Limits{}, err
-	}
-	return l, nil
+	return limitsOf(resp), nil
 }
 
-// answersLogprobs asks the runtime for one token with its log probability:
-// older Ollama ignores the request, current Ollama answers it. Asking
-// rather than going by the version keeps this right for builds and
-// versions not known here.
-func (b *Backend) answersLogprobs(ctx context.Context) (bool, error) {
+// AnswersLogprobs implements llm.LogprobsAnswerer: it asks the runtime for
+// one token with its log probability; older Ollama ignores the request,
+// current Ollama answers it. Asking rather than going by the version keeps
+// this right for builds and versions not known here.
+func (b *Backend) AnswersLogprobs(ctx context.Context) (bool, error) {
+	if b.embeddingOnly(ctx) {
+		return false, nil // no generation to ask logprobs of
+	}
 	stream := false
 	body, err := json.Marshal(&chatRequest{
 		ChatRequest: api.ChatRequest{Model: b.cfg.Model, Stream: &stream, KeepAlive: keepForever,

@@ -72,13 +72,13 @@ func TestRealContextLength(t *testing.T) {
 func TestRealLogprobs(t *testing.T) {
 	ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
 		b := realBackend(t, inst)
-		l, err := b.Limits(context.Background())
+		lp, err := b.AnswersLogprobs(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := inst.Version != "0.9.6"
-		if l.Logprobs != want {
-			t.Fatalf("Ollama %s: logprobs %v, want %v", inst.Version, l.Logprobs, want)
+		if lp != want {
+			t.Fatalf("Ollama %s: logprobs %v, want %v", inst.Version, lp, want)
 		}
 		if !want {
 			return
