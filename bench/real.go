@@ -149,8 +149,7 @@ func (r *RealResult) Markdown() string {
 		fmt.Fprintf(&b, "| hearthd CPU per token | | %.1f µs | |\n\n", r.HearthdCPUusPerToken)
 	}
 	if c := r.ColdStart; c != nil {
-		fmt.Fprintf(&b, "First request after hearthd start (real runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
-			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
+		b.WriteString(c.Markdown("real runtime"))
 	}
 	return b.String()
 }
@@ -309,7 +308,7 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 		}
 		clc := lc
 		clc.Key = key
-		cs, err := ColdStart(ctx, o.ColdRuns, 10, start, clc)
+		cs, err := ColdStart(ctx, o.ColdRuns, 10, start, clc, direct)
 		if err != nil {
 			return nil, err
 		}

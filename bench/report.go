@@ -121,8 +121,7 @@ func (r *Report) Markdown() string {
 	}
 	r.nginxTable(&b)
 	if c := r.ColdStart; c != nil {
-		fmt.Fprintf(&b, "First request after start (mock runtime, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**; start → ready median %.0f ms.\n\n",
-			c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio, c.StartToReady)
+		b.WriteString(c.Markdown("mock runtime"))
 	}
 	if rr := r.Real; rr != nil {
 		b.WriteString(rr.Markdown())

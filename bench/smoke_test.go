@@ -106,11 +106,22 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ColdStart starts and stops its own daemons.
-	cs, err := ColdStart(ctx, 1, 5, s.StartHearthd, LoadConfig{Model: "bench", Key: s.key, MaxTokens: 3, ExpectTokens: 3, Verify: true})
+	lc := LoadConfig{Model: "bench", Key: s.key, MaxTokens: 3, ExpectTokens: 3, Verify: true}
+	direct := lc
+	direct.Target, direct.Key = s.MockURL+"/v1", ""
+	cs, err := ColdStart(ctx, 2, 5, s.StartHearthd, lc, direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cs.FirstTTFTus) != 1 || cs.FirstTTFTus[0] <= 0 || cs.SteadyTTFT.N != 5 || cs.Ratio <= 0 {
+	if len(cs.FirstTTFTus) != 2 || cs.FirstTTFTus[0] <= 0 || cs.SteadyTTFT.N != 10 || cs.Ratio <= 0 {
 		t.Fatalf("cold start %+v", cs)
+	}
+	// The second run's pause spans the first hearthd's stop and the second's
+	// start, so it cannot be zero; the direct request waited it out.
+	if len(cs.DirectIdleTTFTus) != 2 || len(cs.IdleMs) != 2 || cs.IdleMs[1] <= 0 || cs.DirectIdleMedian <= 0 || cs.IdleRatio <= 0 {
+		t.Fatalf("cold start, the direct request after the pause: %+v", cs)
+	}
+	if md := cs.Markdown("mock runtime"); !strings.Contains(md, "straight to the runtime after the same pause") {
+		t.Errorf("cold start line lacks the direct comparison: %s", md)
 	}
 }

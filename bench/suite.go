@@ -309,49 +309,65 @@ func fillSide(side *Side, r *LoadResult) {
 }
 
 // ColdStartResult compares the first request after hearthd starts with the
-// steady state.
+// steady state, and with a request straight to the runtime after the same
+// pause: a runtime left idle (its threads asleep, its caches cold) answers
+// its next request slower whoever sends it, so only the second comparison
+// tells hearthd's own part.
 type ColdStartResult struct {
 	Runs int `json:"runs"`
-	// FirstTTFTus is the median over runs of the first request's TTFT.
+	// FirstTTFTus is the first request's TTFT in each run.
 	FirstTTFTus []float64 `json:"first_ttft_us"`
 	// SteadyTTFT is the TTFT of the sequential requests that followed.
 	SteadyTTFT   Dist    `json:"steady_ttft"`
 	FirstMedian  float64 `json:"first_ttft_median_us"`
 	Ratio        float64 `json:"first_over_steady_p50"`
 	StartToReady float64 `json:"start_to_ready_ms_median"`
+	// IdleMs is, in each run, how long the runtime had had no request
+	// from the benchmark before hearthd's first request (hearthd's stop,
+	// start and readiness; hearthd's own start-up requests fall in it).
+	IdleMs []float64 `json:"idle_ms,omitempty"`
+	// DirectIdleTTFTus is, in each run, the TTFT of one request sent
+	// straight to the runtime after it was left idle as long again.
+	DirectIdleTTFTus []float64 `json:"direct_idle_ttft_us,omitempty"`
+	DirectIdleMedian float64   `json:"direct_idle_ttft_median_us,omitempty"`
+	// IdleRatio is FirstMedian over DirectIdleMedian.
+	IdleRatio float64 `json:"first_over_direct_idle,omitempty"`
 }
 
+// Markdown is the result's line in a report; runtime names the runtime.
+func (c *ColdStartResult) Markdown(runtime string) string {
+	line := fmt.Sprintf("First request after hearthd start (%s, %d restarts): TTFT median %s vs steady p50 %s → **%.2f×**",
+		runtime, c.Runs, us(c.FirstMedian), us(c.SteadyTTFT.P50), c.Ratio)
+	if c.DirectIdleMedian > 0 {
+		line += fmt.Sprintf("; straight to the runtime after the same pause (median %.0f ms) %s → hearthd's first request **%.2f×** that",
+			medianUs(c.IdleMs), us(c.DirectIdleMedian), c.IdleRatio)
+	}
+	return line + fmt.Sprintf("; start → ready median %.0f ms.\n\n", c.StartToReady)
+}
+
+// maxColdIdle bounds the pause before the direct request of a cold-start
+// run (a run's idle time is normally well under a second).
+const maxColdIdle = 10 * time.Second
+
 // ColdStart restarts hearthd runs times; each time it sends one request as
-// soon as /readyz answers, then steady sequential requests.
-func ColdStart(ctx context.Context, runs, steady int, start func(context.Context) (*Hearthd, error), lc LoadConfig) (ColdStartResult, error) {
+// soon as /readyz answers, then, if direct names the runtime (Target set),
+// one request straight to the runtime after the same idle time, then steady
+// sequential requests through hearthd.
+func ColdStart(ctx context.Context, runs, steady int, start func(context.Context) (*Hearthd, error), lc, direct LoadConfig) (ColdStartResult, error) {
 	res := ColdStartResult{Runs: runs}
 	var steadyTTFT []time.Duration
 	var readies []time.Duration
+	// lastBusy is when the runtime last served the benchmark: before the
+	// first run, whatever ran before ColdStart was called.
+	lastBusy := time.Now()
 	for i := range runs {
 		h, err := start(ctx)
 		if err != nil {
 			return res, fmt.Errorf("cold start %d: %w", i, err)
 		}
 		readies = append(readies, h.Ready.Sub(h.Started))
-		lc.Target = h.URL + "/api/v1"
-		lc.Concurrency, lc.Rate, lc.Duration = 1, 0, 0
-		lc.Requests = 1
-		first, err := RunLoad(ctx, lc)
-		if err == nil && (first.Errors > 0 || len(first.TTFT) != 1) {
-			err = fmt.Errorf("first request failed: %v", first.ErrorSamples)
-		}
-		if err == nil {
-			res.FirstTTFTus = append(res.FirstTTFTus, float64(first.TTFT[0])/1e3)
-			lc.Requests = steady
-			var rest *LoadResult
-			rest, err = RunLoad(ctx, lc)
-			if err == nil && rest.Errors > 0 {
-				err = fmt.Errorf("steady requests failed: %v", rest.ErrorSamples)
-			}
-			if err == nil {
-				steadyTTFT = append(steadyTTFT, rest.TTFT...)
-			}
-		}
+		err = coldRun(ctx, &res, h, lc, direct, steady, lastBusy, &steadyTTFT)
+		lastBusy = time.Now()
 		if stopErr := h.Stop(); stopErr != nil && err == nil {
 			err = stopErr
 		}
@@ -360,16 +376,73 @@ func ColdStart(ctx context.Context, runs, steady int, start func(context.Context
 		}
 	}
 	res.SteadyTTFT = Summarize(steadyTTFT)
-	firsts := make([]time.Duration, len(res.FirstTTFTus))
-	for i, v := range res.FirstTTFTus {
-		firsts[i] = time.Duration(v * 1e3)
-	}
-	res.FirstMedian = Summarize(firsts).P50
+	res.FirstMedian = medianUs(res.FirstTTFTus)
 	if res.SteadyTTFT.P50 > 0 {
 		res.Ratio = res.FirstMedian / res.SteadyTTFT.P50
 	}
+	if len(res.DirectIdleTTFTus) > 0 {
+		res.DirectIdleMedian = medianUs(res.DirectIdleTTFTus)
+		if res.DirectIdleMedian > 0 {
+			res.IdleRatio = res.FirstMedian / res.DirectIdleMedian
+		}
+	}
 	res.StartToReady = Summarize(readies).P50 / 1e3
 	return res, nil
+}
+
+// coldRun is one run of ColdStart against a hearthd just started.
+func coldRun(ctx context.Context, res *ColdStartResult, h *Hearthd, lc, direct LoadConfig, steady int, lastBusy time.Time, steadyTTFT *[]time.Duration) error {
+	one := func(lc LoadConfig) (time.Duration, error) {
+		lc.Concurrency, lc.Rate, lc.Duration, lc.Requests = 1, 0, 0, 1
+		r, err := RunLoad(ctx, lc)
+		if err == nil && (r.Errors > 0 || len(r.TTFT) != 1) {
+			err = fmt.Errorf("request to %s failed: %v", lc.Target, r.ErrorSamples)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return r.TTFT[0], nil
+	}
+	lc.Target = h.URL + "/api/v1"
+	idle := time.Since(lastBusy)
+	first, err := one(lc)
+	if err != nil {
+		return fmt.Errorf("first request: %w", err)
+	}
+	res.FirstTTFTus = append(res.FirstTTFTus, float64(first)/1e3)
+	if direct.Target != "" {
+		idle = min(idle, maxColdIdle)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(idle):
+		}
+		d, err := one(direct)
+		if err != nil {
+			return fmt.Errorf("direct request after the pause: %w", err)
+		}
+		res.IdleMs = append(res.IdleMs, float64(idle)/1e6)
+		res.DirectIdleTTFTus = append(res.DirectIdleTTFTus, float64(d)/1e3)
+	}
+	lc.Concurrency, lc.Rate, lc.Duration, lc.Requests = 1, 0, 0, steady
+	rest, err := RunLoad(ctx, lc)
+	if err == nil && rest.Errors > 0 {
+		err = fmt.Errorf("steady requests failed: %v", rest.ErrorSamples)
+	}
+	if err != nil {
+		return err
+	}
+	*steadyTTFT = append(*steadyTTFT, rest.TTFT...)
+	return nil
+}
+
+// medianUs is the median of values in µs.
+func medianUs(vs []float64) float64 {
+	ds := make([]time.Duration, len(vs))
+	for i, v := range vs {
+		ds[i] = time.Duration(v * 1e3)
+	}
+	return Summarize(ds).P50
 }
 
 // writeFile writes data to path through a temporary file and a rename, so a

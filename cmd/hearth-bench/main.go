@@ -328,8 +328,10 @@ func runColdStart(ctx context.Context, log *slog.Logger, s *bench.Suite, runs in
 	if err := s.SetMock(ctx, bench.MockConfig{Tokens: 16, TTFT: 20 * time.Millisecond}); err != nil {
 		return err
 	}
-	cs, err := bench.ColdStart(ctx, runs, 20, s.StartHearthd,
-		bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16})
+	lc := bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16}
+	direct := lc
+	direct.Target, direct.Key = s.MockURL+"/v1", ""
+	cs, err := bench.ColdStart(ctx, runs, 20, s.StartHearthd, lc, direct)
 	if err != nil {
 		return err
 	}
