@@ -75,9 +75,8 @@ type Limited interface {
 // LogprobsAnswerer is implemented by runtimes that can tell whether they
 // answer Options.Logprobs. Telling may cost a generation (the runtime is
 // asked, not judged by its version), so it is asked only once a request
-// wants logprobs: asked with the first request after a start it would delay
-// that request by a generation and replace the prompt the runtime keeps
-// cached with its own.
+// wants logprobs: asked at start it would replace the prompt the runtime
+// keeps cached with its own, and the first request would pay for that.
 type LogprobsAnswerer interface {
 	AnswersLogprobs(ctx context.Context) (bool, error)
 }
