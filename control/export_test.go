@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hearthd/hearth/store"
 )
@@ -118,6 +119,13 @@ func (b countingBatch) Commit() error {
 
 // TokenKey is the store key of the API token whose secret is token.
 func TokenKey(token string) string { return pfxAPIToken + hashSecret(token) }
+
+// SeenPeriodEnd is when the period of node id's seen times that t falls in
+// ends (seenSlot), for a control plane with nodeTimeout.
+func SeenPeriodEnd(nodeTimeout time.Duration, id string, t time.Time) time.Time {
+	every := nodeTimeout / 3
+	return time.Unix(0, (seenSlot(every, id, t)+1)*int64(every)-seenOffset(every, id)).UTC()
+}
 
 // SeenChunk is how many nodes' seen records one change of the sweep writes.
 const SeenChunk = seenChunk

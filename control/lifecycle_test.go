@@ -403,8 +403,9 @@ func TestSeenTimesPersisted(t *testing.T) {
 	if string(before) != string(after) {
 		t.Fatalf("settled reports rewrote the node record:\n%s\n%s", before, after)
 	}
-	// A time only 10 s newer than the stored one waits in memory; once
-	// the node has been quiet for a third of NodeTimeout it is written.
+	// A time in the same period of the node's as the stored one (10 s
+	// newer, the period a third of NodeTimeout) waits in memory; once the
+	// node has been quiet for a period it is written.
 	stored := func() time.Time {
 		t.Helper()
 		nodes, err := control.ListNodes(e.st)
@@ -412,6 +413,15 @@ func TestSeenTimesPersisted(t *testing.T) {
 			t.Fatalf("ListNodes = %v, %v", nodes, err)
 		}
 		return nodes[0].LastSeen
+	}
+	if end := control.SeenPeriodEnd(90*time.Second, n.id, clk.now()); end.Sub(clk.now()) <= 10*time.Second {
+		// Too near the period's end: a report just after it is written.
+		clk.add(end.Sub(clk.now()) + time.Second)
+		n.report(t, applied(d, "192.0.2.51"))
+		e.sweep()
+		if got := stored(); !got.Equal(clk.now()) {
+			t.Fatalf("stored last seen %v after a report in a new period, want %v", got, clk.now())
+		}
 	}
 	last := clk.now()
 	clk.add(10 * time.Second)
@@ -537,5 +547,50 @@ func TestSeenTimesPersistedInChunks(t *testing.T) {
 		if !n.LastSeen.Equal(want) {
 			t.Fatalf("node %s: stored last seen %v after the sweep, want %v", n.ID, n.LastSeen, want)
 		}
+	}
+}
+
+// TestSeenTimesSpreadOverSweeps: nodes that enrolled together, and then talk
+// all the time, do not have their seen times written all in one sweep (a
+// burst every period that every change waits behind): each node's periods
+// of NodeTimeout/3 begin at an offset of its own. No stored time lags the
+// node's last request by NodeTimeout/3 or more after a sweep.
+func TestSeenTimesSpreadOverSweeps(t *testing.T) {
+	const timeout = 90 * time.Second
+	e, clk := newClockEnv(t, func(c *control.Config) { c.NodeTimeout = timeout })
+	every := timeout / 3
+	var nodes []node
+	for range 100 {
+		nodes = append(nodes, e.enroll(hwM4))
+	}
+	stored := map[string]time.Time{}
+	most := 0
+	for step := 1; step <= 24; step++ { // two minutes, a sweep every 5 s
+		clk.add(5 * time.Second)
+		for _, n := range nodes {
+			n.desired(t, 0)
+		}
+		e.sweep()
+		now := clk.now()
+		got, err := control.ListNodes(e.st)
+		if err != nil || len(got) != len(nodes) {
+			t.Fatalf("ListNodes = %d nodes, %v", len(got), err)
+		}
+		written := 0
+		for _, n := range got {
+			if !n.LastSeen.Equal(stored[n.ID]) {
+				written++
+			}
+			stored[n.ID] = n.LastSeen
+			if lag := now.Sub(n.LastSeen); lag >= every {
+				t.Fatalf("step %d: node %s stored %v behind its last request", step, n.ID, lag)
+			}
+		}
+		if step > 1 { // the first sweep writes every node's first time
+			most = max(most, written)
+		}
+	}
+	if most > len(nodes)/2 {
+		t.Fatalf("one sweep wrote %d of %d nodes' seen times: still in step", most, len(nodes))
 	}
 }

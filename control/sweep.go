@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"sync"
@@ -177,10 +178,10 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time, ids []string) (dirt
 	m.seen = stored
 	for _, id := range ids {
 		sr, changed := stored[id], false
-		if t, ok := seen[id]; ok && due(t, sr.LastSeen) {
+		if t, ok := seen[id]; ok && due(id, t, sr.LastSeen) {
 			sr.LastSeen, changed = t, true
 		}
-		if t, ok := reported[id]; ok && due(t, sr.ObservedAt) {
+		if t, ok := reported[id]; ok && due(id, t, sr.ObservedAt) {
 			sr.ObservedAt, changed = t, true
 		}
 		if changed {
@@ -206,27 +207,50 @@ func (s *Server) persistLastSeen(m *mutation, now time.Time, ids []string) (dirt
 	return dirty, nil
 }
 
-// seenDue tells whether a time noted in memory (t) is due to be written
-// over the stored one: seenEvery newer, or the node quiet for seenEvery.
-func (s *Server) seenDue(now time.Time) func(t, stored time.Time) bool {
+// seenDue tells whether a time noted in memory (t) for node id is due to
+// be written over the stored one: t is in a later period of the node's
+// (seenSlot) than the stored time, or the node has been quiet for a period.
+// Either way a stored time lags the node's last request by at most a
+// period (NodeTimeout/3) and a sweep.
+func (s *Server) seenDue(now time.Time) func(id string, t, stored time.Time) bool {
 	every := s.cfg.NodeTimeout / 3
-	return func(t, stored time.Time) bool {
-		return t.After(stored) && (t.Sub(stored) >= every || now.Sub(t) >= every)
+	return func(id string, t, stored time.Time) bool {
+		return t.After(stored) && (seenSlot(every, id, t) != seenSlot(every, id, stored) || now.Sub(t) >= every)
 	}
+}
+
+// seenSlot is the period of length every that time x falls in, for node
+// id: the periods of each node begin at an offset of its own. Nodes that
+// enrolled (or reconnected after a restart) together would otherwise stay
+// in step and have their times written all in the same sweep, every
+// period (10 000 records in a burst of chunks that every change waits
+// between); offset, each sweep writes its share of them.
+func seenSlot(every time.Duration, id string, x time.Time) int64 {
+	if every <= 0 {
+		return x.UnixNano()
+	}
+	return (x.UnixNano() + seenOffset(every, id)) / int64(every)
+}
+
+// seenOffset is where node id's periods begin, in [0, every).
+func seenOffset(every time.Duration, id string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return int64(h.Sum64() % uint64(every))
 }
 
 // seenCandidates returns the nodes with a time due, at most limit of them
 // (0: all), with s.seenMu held. They are chosen against what this process
 // last knew to be stored, without reading anything: at 10 000 nodes nearly
 // every node has a time waiting, and only a few are due.
-func (s *Server) seenCandidates(due func(t, stored time.Time) bool, limit int) map[string]bool {
+func (s *Server) seenCandidates(due func(id string, t, stored time.Time) bool, limit int) map[string]bool {
 	cand := map[string]bool{}
 	full := func() bool { return limit > 0 && len(cand) >= limit }
 	for id, t := range s.lastSeen {
 		if full() {
 			return cand
 		}
-		if due(t, s.persisted[id].LastSeen) {
+		if due(id, t, s.persisted[id].LastSeen) {
 			cand[id] = true
 		}
 	}
@@ -234,7 +258,7 @@ func (s *Server) seenCandidates(due func(t, stored time.Time) bool, limit int) m
 		if full() {
 			return cand
 		}
-		if due(t, s.persisted[id].ObservedAt) {
+		if due(id, t, s.persisted[id].ObservedAt) {
 			cand[id] = true
 		}
 	}
