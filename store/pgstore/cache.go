@@ -27,7 +27,44 @@ import (
 // the keys written, one per line, or "*" for every key. A commit writing
 // more keys than one notification carries sends several parts; the last
 // is marked "f" and advances seq.
+//
+// A small commit also carries what it wrote: after a key's line, a line
+// of a tab and "=" then the value (a put), or a tab and "-" (a delete).
+// Another replica then holds the record as of that commit instead of
+// evicting it, and its next read of it (the node's long-poll it wakes,
+// the node's report, the next capacity pick) costs no round trip. A line
+// starting with a tab is no key (keys are printable ASCII), so a process
+// that does not read values only evicts one key too many that it never
+// cached.
 const invPrefix = "inv:"
+
+// Values are carried for commits of at most maxCarryKeys keys (a create
+// or a report writes a handful; a sweep's chunk hundreds), each of at most
+// maxCarryValue bytes, so a notification grows by a few KiB at most.
+const (
+	maxCarryKeys  = 32
+	maxCarryValue = 2048
+)
+
+// carryLine is the line that carries a write of key: "=" and the value
+// for a put, "-" for a delete, or "" when the value is not carried: too
+// long, or not printable ASCII (a line break would end the line, and a
+// database whose encoding is not UTF-8 may refuse other bytes in a
+// notification's text and with it the commit).
+func carryLine(val []byte, del bool) string {
+	if del {
+		return "-"
+	}
+	if len(val) > maxCarryValue {
+		return ""
+	}
+	for _, b := range val {
+		if b < ' ' || b > '~' {
+			return ""
+		}
+	}
+	return "=" + string(val)
+}
 
 // maxInvPayload keeps each payload under PostgreSQL's 8 000-byte limit.
 const maxInvPayload = 7000
@@ -333,7 +370,7 @@ func (c *cache) stop() {
 
 // apply handles an invalidation; ok is false for any other payload.
 func (c *cache) apply(payload string) (ok bool) {
-	seq, final, keys, all, ok := parseInv(payload)
+	seq, final, keys, vals, all, ok := parseInv(payload)
 	if !ok {
 		return false
 	}
@@ -373,11 +410,24 @@ func (c *cache) apply(payload string) (ok bool) {
 	if all {
 		c.reset(seq)
 	} else {
-		for _, k := range keys {
+		for i, k := range keys {
 			c.wrote(k, seq)
 			c.evictLists(k, seq, true)
-			// A record as of this commit or later has its write.
-			if r, ok := c.recs[k]; ok && r.at < seq {
+			r, ok := c.recs[k]
+			switch v := vals[i]; {
+			case ok && r.at >= seq:
+				// A record as of this commit or later has its write.
+			case v != "":
+				// The record as of this commit, as it wrote it.
+				if c.recs == nil || len(c.recs) >= maxCached {
+					c.recs = make(map[string]cached)
+				}
+				if v[0] == '=' {
+					c.recs[k] = cached{val: []byte(v[1:]), found: true, at: seq}
+				} else {
+					c.recs[k] = cached{at: seq}
+				}
+			case ok:
 				delete(c.recs, k)
 			}
 		}
@@ -392,8 +442,9 @@ func (c *cache) apply(payload string) (ok bool) {
 // invParts builds the payload tails of a commit's invalidation (what
 // follows "inv:<seq>"), in as many parts as its keys need. Keys that are
 // not printable ASCII, which a notification could not carry, invalidate
-// everything.
-func invParts(keys []string) []string {
+// everything. carry, if not nil, holds each key's carryLine; a key and its
+// value line go in the same part.
+func invParts(keys []string, carry []string) []string {
 	all := false
 	for _, k := range keys {
 		if strings.ContainsFunc(k, func(r rune) bool { return r < ' ' || r > '~' }) || k == "*" {
@@ -414,36 +465,54 @@ func invParts(keys []string) []string {
 		parts = append(parts, ":"+tag+"\n"+b.String())
 		b.Reset()
 	}
-	for _, k := range keys {
-		if b.Len() > 0 && b.Len()+1+len(k) > maxInvPayload {
+	for i, k := range keys {
+		line := ""
+		if carry != nil && carry[i] != "" {
+			line = "\n\t" + carry[i]
+		}
+		if b.Len() > 0 && b.Len()+1+len(k)+len(line) > maxInvPayload {
 			flush(false)
 		}
 		if b.Len() > 0 {
 			b.WriteByte('\n')
 		}
 		b.WriteString(k)
+		b.WriteString(line)
 	}
 	flush(true)
 	return parts
 }
 
-func parseInv(p string) (seq uint64, final bool, keys []string, all bool, ok bool) {
+// parseInv reads an invalidation: its commit, whether it is the commit's
+// final part, the keys written and, for each, its carried value line (""
+// for none).
+func parseInv(p string) (seq uint64, final bool, keys, vals []string, all bool, ok bool) {
 	rest, ok := strings.CutPrefix(p, invPrefix)
 	if !ok {
-		return 0, false, nil, false, false
+		return 0, false, nil, nil, false, false
 	}
 	head, body, _ := strings.Cut(rest, "\n")
 	num, tag, _ := strings.Cut(head, ":")
 	seq, err := strconv.ParseUint(num, 10, 64)
 	if err != nil || seq == 0 {
-		return 0, false, nil, true, true // malformed (apply starts over)
+		return 0, false, nil, nil, true, true // malformed (apply starts over)
 	}
 	final = tag == "f"
 	if body == "*" {
-		return seq, final, nil, true, true
+		return seq, final, nil, nil, true, true
 	}
-	if body != "" {
-		keys = strings.Split(body, "\n")
+	if body == "" {
+		return seq, final, nil, nil, false, true
 	}
-	return seq, final, keys, false, true
+	for _, line := range strings.Split(body, "\n") {
+		if v, isVal := strings.CutPrefix(line, "\t"); isVal {
+			if len(keys) == 0 || vals[len(vals)-1] != "" || v == "" || (v[0] != '=' && v != "-") {
+				return 0, false, nil, nil, true, true // malformed
+			}
+			vals[len(vals)-1] = v
+			continue
+		}
+		keys, vals = append(keys, line), append(vals, "")
+	}
+	return seq, final, keys, vals, false, true
 }

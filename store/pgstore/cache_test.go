@@ -54,7 +54,7 @@ func TestCacheRules(t *testing.T) {
 	if _, ok := c.lookup("a", &min); ok {
 		t.Fatal("lagging lookup answered older than a read already made")
 	}
-	for _, p := range invParts([]string{"a"}) {
+	for _, p := range invParts([]string{"a"}, nil) {
 		if !c.apply(invPrefix + "11" + p) {
 			t.Fatal("invalidation not recognised")
 		}
@@ -123,7 +123,7 @@ func TestInvParts(t *testing.T) {
 	for i := range 2000 {
 		keys = append(keys, fmt.Sprintf("ctl/node/nd_%020d", i))
 	}
-	parts := invParts(keys)
+	parts := invParts(keys, nil)
 	if len(parts) < 5 {
 		t.Fatalf("%d parts for %d keys", len(parts), len(keys))
 	}
@@ -139,7 +139,7 @@ func TestInvParts(t *testing.T) {
 		if len(payload) >= 8000 {
 			t.Fatalf("part %d is %d bytes", i, len(payload))
 		}
-		seq, final, ks, all, ok := parseInv(payload)
+		seq, final, ks, _, all, ok := parseInv(payload)
 		if !ok || all || seq != 2 || final != (i == len(parts)-1) {
 			t.Fatalf("part %d parsed as seq %d final %v all %v ok %v", i, seq, final, all, ok)
 		}
@@ -156,15 +156,15 @@ func TestInvParts(t *testing.T) {
 		t.Fatalf("%d records left, want only the unwritten one", len(c.recs))
 	}
 	for _, bad := range []string{"a\nb", "é", "*", "tab\t"} {
-		p := invParts([]string{"ok", bad})
+		p := invParts([]string{"ok", bad}, nil)
 		if len(p) != 1 || !strings.HasSuffix(p[0], "\n*") {
 			t.Fatalf("key %q: parts %q, want one that evicts everything", bad, p)
 		}
 	}
-	if p := invParts(nil); len(p) != 1 || p[0] != ":f\n" {
+	if p := invParts(nil, nil); len(p) != 1 || p[0] != ":f\n" {
 		t.Fatalf("no keys: %q", p)
 	}
-	if _, _, ks, all, _ := parseInv(invPrefix + "3:f\n"); len(ks) != 0 || all {
+	if _, _, ks, _, all, _ := parseInv(invPrefix + "3:f\n"); len(ks) != 0 || all {
 		t.Fatalf("empty commit parsed as keys %q all %v", ks, all)
 	}
 }
@@ -349,5 +349,77 @@ func TestCacheLists(t *testing.T) {
 	c.apply(invPrefix + "6:f\n*")
 	if _, ok := c.lookupList("ctl/fw/s2/", new(uint64)); ok {
 		t.Fatal("an invalidation of everything kept a list")
+	}
+}
+
+// A carried value goes with its key into the same part, comes back as
+// written, and is held as the record as of its commit; a process that
+// reads only keys (splitting the body on newlines) still finds every key
+// written; a value line without its key starts over.
+func TestInvCarry(t *testing.T) {
+	keys := []string{"ctl/a", "ctl/b", "ctl/c", "ctl/d", "ctl/e"}
+	carry := []string{carryLine([]byte(`{"x":"y z"}`), false), carryLine(nil, true),
+		carryLine([]byte("a\tb"), false), carryLine([]byte(strings.Repeat("y", maxCarryValue+1)), false),
+		carryLine([]byte(`"é"`), false)}
+	if carry[2] != "" || carry[3] != "" || carry[4] != "" {
+		t.Fatalf("carried a value with a tab, over the size or not ASCII: %q", carry[2:])
+	}
+	parts := invParts(keys, carry)
+	if len(parts) != 1 {
+		t.Fatalf("%d parts", len(parts))
+	}
+	payload := invPrefix + "2" + parts[0]
+	_, _, ks, vals, all, ok := parseInv(payload)
+	if !ok || all || !slices.Equal(ks, keys) || !slices.Equal(vals, carry) {
+		t.Fatalf("parsed keys %q values %q", ks, vals)
+	}
+	_, body, _ := strings.Cut(payload, "\n")
+	for _, k := range keys {
+		if !slices.Contains(strings.Split(body, "\n"), k) {
+			t.Fatalf("key %s not on a line of its own", k)
+		}
+	}
+
+	var c cache
+	c.start(1)
+	for _, k := range keys {
+		c.fill(k, v("old"), 1)
+	}
+	c.apply(payload)
+	want := map[string]string{"ctl/a": `{"x":"y z"}`}
+	for _, k := range keys {
+		r, ok := c.lookup(k, new(uint64))
+		switch k {
+		case "ctl/a":
+			if !ok || !r.found || string(r.val) != want[k] || r.at != 2 {
+				t.Fatalf("%s = %+v %v", k, r, ok)
+			}
+		case "ctl/b":
+			if !ok || r.found {
+				t.Fatalf("deleted %s = %+v %v", k, r, ok)
+			}
+		default:
+			if ok {
+				t.Fatalf("%s not evicted: %+v", k, r)
+			}
+		}
+	}
+
+	// This process's own commit 4, kept before the listener brings commit
+	// 3: commit 3's carried value is older and does not replace it.
+	c.committed(4, [][]byte{[]byte("ctl/a")}, [][]byte{[]byte("own")}, nil, nil)
+	c.apply(invPrefix + "3:f\nctl/a\n\t=stale")
+	if r, _ := c.lookup("ctl/a", new(uint64)); string(r.val) != "own" {
+		t.Fatalf("an older carried value replaced a newer record: %q", r.val)
+	}
+
+	for _, bad := range []string{"\n\t=v", "\nk\n\t=v\n\t=w", "\nk\n\t?v", "\nk\n\t"} {
+		var c cache
+		c.start(1)
+		c.fill("z", v("1"), 1)
+		c.apply(invPrefix + "2:f" + bad)
+		if _, ok := c.lookup("z", new(uint64)); ok {
+			t.Fatalf("malformed %q did not start over", bad)
+		}
 	}
 }

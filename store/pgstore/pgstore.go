@@ -717,11 +717,19 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func(
 	}
 	var putK, putV, delK [][]byte
 	written := make([]string, 0, len(last))
+	// What a small commit wrote goes with its invalidation (cache.go).
+	var carry []string
+	if len(last) <= maxCarryKeys {
+		carry = make([]string, 0, len(last))
+	}
 	for i, o := range b.ops {
 		if last[string(o.k)] != i {
 			continue
 		}
 		written = append(written, string(o.k))
+		if carry != nil {
+			carry = append(carry, carryLine(o.v, o.del))
+		}
 		if o.del {
 			delK = append(delK, o.k)
 		} else {
@@ -749,7 +757,7 @@ func (s *Store) sendCommit(conn *pgxpool.Conn, b *batch, seq uint64) (wait func(
 	// The commit's invalidation ahead of the caller's notifications, so a
 	// replica woken by those reads past it (cache.go).
 	if !s.crdb {
-		parts := invParts(written)
+		parts := invParts(written, carry)
 		pb.Queue(notifySQL, notifyChannel, append(parts, b.notes...), len(parts), invPrefix)
 	}
 	pb.Queue("COMMIT")

@@ -512,6 +512,93 @@ func TestCacheAcrossStores(t *testing.T) {
 	}
 }
 
+// TestCarriedWritesAcrossStores: what a small commit of one process wrote
+// reaches the other's cache with the invalidation, so the other reads it
+// without a round trip (under the lock too); values a notification cannot
+// hold, and every write of a large commit, are only evicted, and nothing
+// is ever read stale.
+func TestCarriedWritesAcrossStores(t *testing.T) {
+	url := pg.Get(t).NewDatabase(t)
+	a, b := open(t, url), open(t, url)
+	listen(t, a)
+	listen(t, b)
+	caughtUp := func() {
+		t.Helper()
+		seq := a.DBSeq()
+		waitFor(t, "b's cache to apply every commit", func() bool { s, _ := b.CacheSeq(); return s >= seq })
+	}
+	long := strings.Repeat("x", 3000)
+	commit := func(f func(bt store.Batch)) {
+		t.Helper()
+		bt := a.NewBatch()
+		f(bt)
+		if err := bt.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(func(bt store.Batch) { _ = bt.Put("c/gone", "soon") })
+	caughtUp()
+	commit(func(bt store.Batch) {
+		_ = bt.Put("c/small", "v1")
+		_ = bt.Put("c/long", long)
+		_ = bt.PutRaw("c/raw", []byte("line\nbreak"))
+		_ = bt.PutRaw("c/empty", nil)
+		bt.Delete("c/gone")
+	})
+	caughtUp()
+	get := func(kv store.KV, key string) (string, bool, int64) {
+		t.Helper()
+		before := b.DBReads()
+		raw, err := kv.(store.RawGetter).GetRaw(key)
+		if errors.Is(err, store.ErrNotFound) {
+			return "", false, b.DBReads() - before
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw), true, b.DBReads() - before
+	}
+	lag := b.Lagging()
+	for _, c := range []struct {
+		key, want string
+		found     bool
+		reads     int64
+	}{
+		{"c/small", `"v1"`, true, 0},
+		{"c/empty", "", true, 0},
+		{"c/gone", "", false, 0},
+		{"c/long", `"` + long + `"`, true, 1}, // over the size carried
+		{"c/raw", "line\nbreak", true, 1},     // a newline a payload line cannot hold
+	} {
+		got, found, reads := get(lag, c.key)
+		if got != c.want || found != c.found || reads != c.reads {
+			t.Errorf("%s = %.20q (found %v) in %d database reads; want %.20q (found %v) in %d",
+				c.key, got, found, reads, c.want, c.found, c.reads)
+		}
+	}
+	w, unlock, err := b.Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unlock)
+	if got, _, reads := get(w, "c/small"); got != `"v1"` || reads != 0 {
+		t.Fatalf("under the lock: c/small = %q in %d database reads, want \"v1\" in 0", got, reads)
+	}
+	unlock()
+
+	// A commit too large to carry its values evicts the carried record.
+	commit(func(bt store.Batch) {
+		for i := range 40 {
+			_ = bt.Put(fmt.Sprintf("c/many/%02d", i), i)
+		}
+		_ = bt.Put("c/small", "v2")
+	})
+	caughtUp()
+	if got, _, reads := get(lag, "c/small"); got != `"v2"` || reads != 1 {
+		t.Fatalf("after a large commit: c/small = %q in %d database reads, want \"v2\" in 1", got, reads)
+	}
+}
+
 // TestListCacheAcrossStores: a whole small prefix read once is answered
 // from the cache (either order) until a commit of any process writes
 // under it; then it is read again and never stale. A long prefix is paged
