@@ -2,6 +2,7 @@ package control
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -54,6 +55,9 @@ type apiFunc func(r *http.Request, rc *reqCtx) (result, error)
 
 const maxIdempotencyKeyLen = 255
 
+var errIdempotencyConflict = &apiError{status: http.StatusConflict, code: CodeIdempotencyConflict, param: "Idempotency-Key",
+	message: "this Idempotency-Key was already used with a different request"}
+
 // api frames a management API handler: authentication, rate limiting,
 // serialisation of changes, Idempotency-Key handling, and the commit of the
 // handler's change before the answer is written, so nothing answered 2xx
@@ -73,6 +77,14 @@ type warmFunc func(rc *reqCtx, body []byte)
 // apiWarm is api with warm run before the change lock is taken, on a
 // shared database only (elsewhere a read costs no round trip).
 func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
+	return s.apiFrame(h, warm, false)
+}
+
+// apiFold is apiWarm for a POST whose changes are folded (fold.go): the
+// changes waiting for the lock together take it once and commit once.
+func (s *Server) apiFold(h apiFunc, warm warmFunc) http.HandlerFunc { return s.apiFrame(h, warm, true) }
+
+func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		write := r.Method != http.MethodGet && r.Method != http.MethodHead
 		// A change's token is checked strongly under the lock (below).
@@ -103,6 +115,13 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 				if warm != nil {
 					warm(rc, peekBody(r))
 				}
+			}
+			if fold && r.Method == http.MethodPost {
+				j := &changeJob{r: r, rc: rc, tok: tok, lag: lag, idemKey: idemKey, reqHash: reqHash, h: h,
+					done: make(chan struct{})}
+				s.queueChange(context.WithoutCancel(r.Context()), j)
+				j.answer(w)
+				return
 			}
 			var err error
 			if unlock, err = s.lock(r.Context()); err != nil {
@@ -137,8 +156,7 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 			case !prev.ExpiresAt.After(rc.now):
 				// Expired but not yet purged: treat as new.
 			case prev.RequestHash != reqHash:
-				writeError(w, &apiError{status: http.StatusConflict, code: CodeIdempotencyConflict, param: "Idempotency-Key",
-					message: "this Idempotency-Key was already used with a different request"})
+				writeError(w, errIdempotencyConflict)
 				return
 			default:
 				w.Header().Set("Idempotent-Replayed", "true")
@@ -179,18 +197,7 @@ func (s *Server) apiWarm(h apiFunc, warm warmFunc) http.HandlerFunc {
 // successful answers are remembered: a request refused for validation or
 // capacity may be retried with the same key. On error nothing is committed.
 func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) ([]byte, error) {
-	out, err := encodeBody(res.body)
-	if err == nil && remember && res.status < 300 {
-		kept := out
-		if res.replay != nil {
-			kept, err = encodeBody(res.replay)
-		}
-		if err == nil {
-			err = rc.mutation().put(idemStoreKey, idempotencyRec{
-				RequestHash: reqHash, Status: res.status, Body: kept, ExpiresAt: rc.now.Add(s.cfg.IdempotencyTTL),
-			})
-		}
-	}
+	out, _, err := s.stageAnswer(rc, res, idemStoreKey, reqHash, remember)
 	if err != nil {
 		if rc.m != nil {
 			rc.m.discard()
@@ -203,6 +210,25 @@ func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, re
 		}
 	}
 	return out, nil
+}
+
+// stageAnswer encodes a successful answer and stages, in the request's
+// change, the answer to replay for its Idempotency-Key (kept) if it has
+// one.
+func (s *Server) stageAnswer(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) (out, kept []byte, err error) {
+	out, err = encodeBody(res.body)
+	if err == nil && remember && res.status < 300 {
+		kept = out
+		if res.replay != nil {
+			kept, err = encodeBody(res.replay)
+		}
+		if err == nil {
+			err = rc.mutation().put(idemStoreKey, idempotencyRec{
+				RequestHash: reqHash, Status: res.status, Body: kept, ExpiresAt: rc.now.Add(s.cfg.IdempotencyTTL),
+			})
+		}
+	}
+	return out, kept, err
 }
 
 // encodeBody is an answer's JSON; nil for none (204).

@@ -28,7 +28,9 @@ func freePrefix(chip string) string { return pfxFree + url.PathEscape(chip) + "/
 
 // pickNode returns the free node of chip with the least RAM of at least
 // ram GB, and of those the least storage of at least storage GB.
-func (s *Server) pickNode(chip string, ram, storage int) (nodeRec, bool, error) {
+// A node m has staged out of the pool (taken by an earlier create of the
+// same fold) is passed over: its index entry is gone once m commits.
+func (s *Server) pickNode(chip string, ram, storage int, m *mutation) (nodeRec, bool, error) {
 	prefix := freePrefix(chip)
 	var best nodeRec
 	found := false
@@ -39,6 +41,9 @@ func (s *Server) pickNode(chip string, ram, storage int) (nodeRec, bool, error) 
 			return true, nil
 		}
 		if st, err := strconv.Atoi(f[1]); err != nil || st < storage {
+			return true, nil
+		}
+		if n, ok := m.nodes[f[2]]; ok && freeKey(n) != key {
 			return true, nil
 		}
 		var n nodeRec

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hearthd/hearth/store"
@@ -138,10 +140,16 @@ func HoldChangeLock(s *Server) (release func() error, err error) {
 
 // ReportsQueued is how many node reports wait to be folded into a change.
 func ReportsQueued(s *Server) int {
-	s.foldMu.Lock()
-	defer s.foldMu.Unlock()
-	return len(s.foldQ)
+	return s.reports.len()
 }
+
+// ChangesQueued is how many folded API changes wait for the change lock.
+func ChangesQueued(s *Server) int {
+	return s.changes.len()
+}
+
+// APIChanges is how many changes applying folded API changes s has made.
+func APIChanges(s *Server) uint64 { return s.apiChanges.Load() }
 
 // ReportChanges is how many changes applying node reports s has made.
 func ReportChanges(s *Server) uint64 { return s.reportChanges.Load() }
@@ -183,4 +191,40 @@ type readCountingKV struct {
 func (c readCountingKV) Get(k string, v any) error {
 	*c.n++
 	return c.KV.Get(k, v)
+}
+
+// FoldWithPanic folds three changes behind the change lock: the first
+// writes key a, the second writes key b and then panics, the third writes
+// key c. It returns each change's error.
+func FoldWithPanic(s *Server, a, b, c string) [3]error {
+	unlock, err := s.lock(context.Background())
+	if err != nil {
+		return [3]error{err, err, err}
+	}
+	put := func(key string, panics bool) apiFunc {
+		return func(_ *http.Request, rc *reqCtx) (result, error) {
+			if err := rc.mutation().put(key, "x"); err != nil {
+				return result{}, err
+			}
+			if panics {
+				panic("injected")
+			}
+			return result{status: http.StatusNoContent}, nil
+		}
+	}
+	var jobs [3]*changeJob
+	var wg sync.WaitGroup
+	for i, k := range []string{a, b, c} {
+		r, _ := http.NewRequest(http.MethodPost, "/", nil)
+		jobs[i] = &changeJob{r: r, rc: &reqCtx{s: s}, h: put(k, i == 1), done: make(chan struct{})}
+		wg.Go(func() { s.queueChange(context.Background(), jobs[i]) })
+		for ChangesQueued(s) != i+1 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := unlock(); err != nil {
+		return [3]error{err, err, err}
+	}
+	wg.Wait()
+	return [3]error{jobs[0].err, jobs[1].err, jobs[2].err}
 }

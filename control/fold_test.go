@@ -199,3 +199,115 @@ func TestReportsOfOneNodeFoldApart(t *testing.T) {
 		t.Fatalf("server %+v, want running at the second report's address", srv)
 	}
 }
+
+// Creates that arrive while the change lock is busy are decided in one
+// change, each on what the creates before it staged, exactly as one by
+// one: a name taken earlier in the fold conflicts, no node is given twice
+// and the last free one goes to one create only, an Idempotency-Key used
+// earlier in the fold replays its answer (or conflicts for another
+// request), and a create refused alone costs the others nothing.
+func TestCreatesFoldIntoOneChange(t *testing.T) {
+	e := newEnv(t, nil)
+	const free = 5
+	nodes := make([]node, free)
+	for i := range nodes {
+		nodes[i] = e.enroll(hwM4)
+	}
+	type call struct {
+		body any
+		hdr  []string
+	}
+	calls := []call{
+		{serverBody("a"), nil},
+		{serverBody("b"), nil},
+		{serverBody("a"), nil}, // the name a was taken by the first
+		{serverBody("c", func(b map[string]any) { b["ssh_key_ids"] = []string{"sk_missing000000000000"} }), nil},
+		{serverBody("d"), []string{"Idempotency-Key", "k1"}},
+		{serverBody("d"), []string{"Idempotency-Key", "k1"}}, // replays the create before
+		{serverBody("e"), []string{"Idempotency-Key", "k1"}}, // the key with another request
+		{serverBody("f"), nil},
+		{serverBody("g"), nil},
+		{serverBody("h"), nil}, // no free node left
+	}
+	before := control.APIChanges(e.srv)
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]answer, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		// One at a time into the queue, so the fold decides them in
+		// this order.
+		wg.Go(func() { got[i] = e.req("POST", "/v1/servers", c.body, c.hdr...) })
+		testutil.WaitFor(t, 10*time.Second, "the create queued", func() bool { return control.ChangesQueued(e.srv) == i+1 })
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+
+	want := []int{201, 201, 409, 400, 201, 201, 409, 201, 201, 409}
+	for i, a := range got {
+		if a.status != want[i] {
+			t.Fatalf("create %d: %d %s, want %d", i, a.status, a.body, want[i])
+		}
+	}
+	if code, param := got[2].err(t); code != control.CodeConflict || param != "name" {
+		t.Fatalf("second create of a: %s %s", code, param)
+	}
+	if code, _ := got[6].err(t); code != control.CodeIdempotencyConflict {
+		t.Fatalf("the key with another request: %s", code)
+	}
+	if code, _ := got[9].err(t); code != control.CodeCapacityUnavailable {
+		t.Fatalf("a create past the free nodes: %s", code)
+	}
+	if idOf(t, got[4]) != idOf(t, got[5]) || got[5].hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the replay within the fold: %s and %s (replayed %q)", got[4].body, got[5].body, got[5].hdr.Get("Idempotent-Replayed"))
+	}
+	if n := control.APIChanges(e.srv) - before; n != 1 {
+		t.Fatalf("%d changes for the fold, want 1", n)
+	}
+
+	// Every node has one of the five servers, each a different one.
+	created := map[string]bool{}
+	for _, i := range []int{0, 1, 4, 7, 8} {
+		created[idOf(t, got[i])] = true
+	}
+	for i, n := range nodes {
+		d := n.desired(t, 0)
+		if d.Server == nil || !created[d.Server.ID] {
+			t.Fatalf("node %d: desired server %+v, want one of the creates", i, d.Server)
+		}
+		delete(created, d.Server.ID)
+	}
+	if missing, extra, err := control.StatusIndexDrift(e.srv); err != nil || len(missing)+len(extra) > 0 {
+		t.Fatalf("status index: missing %v extra %v err %v", missing, extra, err)
+	}
+	// The fold's writes are the state: the name stays taken, the replay
+	// is stored.
+	e.req("POST", "/v1/servers", serverBody("b")).wantErr(t, 409, control.CodeConflict, "name")
+	again := e.req("POST", "/v1/servers", serverBody("d"), "Idempotency-Key", "k1").must(t, 201)
+	if idOf(t, again) != idOf(t, got[4]) {
+		t.Fatal("the fold's Idempotency-Key answer was not kept")
+	}
+}
+
+// A folded change whose handler panics after staging a write fails alone:
+// the fold is built again without it, the others commit, and the change
+// lock and the queue's lead are free afterwards.
+func TestFoldedChangePanics(t *testing.T) {
+	e := newEnv(t, nil)
+	errs := control.FoldWithPanic(e.srv, "test/a", "test/b", "test/c")
+	if errs[0] != nil || errs[2] != nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "panic") {
+		t.Fatalf("errors %v, want only the second's panic", errs)
+	}
+	for key, want := range map[string]bool{"test/a": true, "test/b": false, "test/c": true} {
+		if ok, err := e.st.Has(key); err != nil || ok != want {
+			t.Fatalf("%s stored %v (%v), want %v", key, ok, err, want)
+		}
+	}
+	// The lock and the lead are free: a create goes through.
+	e.enroll(hwM4)
+	e.req("POST", "/v1/servers", serverBody("after")).must(t, 201)
+}

@@ -403,15 +403,9 @@ type reportJob struct {
 // Reports are folded: one goroutine at a time (the leader) waits for the
 // change lock on behalf of every report queued, and applies all that are
 // queued once it holds it, in one change — one lock and one commit
-// instead of one each. A create costs its own change and, when its node
-// reports the server running, a share of one, so creates queue less.
+// instead of one each (creates are folded alike: fold.go).
 func (s *Server) queueReport(ctx context.Context, j *reportJob) {
-	s.foldMu.Lock()
-	s.foldQ = append(s.foldQ, j)
-	lead := !s.folding
-	s.folding = true
-	s.foldMu.Unlock()
-	for lead {
+	for lead := s.reports.join(j); lead; {
 		lead = s.foldRound(ctx)
 	}
 	<-j.done
@@ -442,21 +436,18 @@ func (s *Server) foldRound(ctx context.Context) (again bool) {
 // already taken, which stay for the next round, and hands the lead on:
 // with none left, the next report to arrive leads.
 func (s *Server) takeReports() (jobs []*reportJob, again bool) {
-	s.foldMu.Lock()
-	defer s.foldMu.Unlock()
-	taken := make(map[string]bool, len(s.foldQ))
-	rest := s.foldQ[:0:0]
-	for _, j := range s.foldQ {
-		if taken[j.id] {
-			rest = append(rest, j)
-			continue
+	return s.reports.take(func(q []*reportJob) (jobs, rest []*reportJob) {
+		taken := make(map[string]bool, len(q))
+		for _, j := range q {
+			if taken[j.id] {
+				rest = append(rest, j)
+				continue
+			}
+			taken[j.id] = true
+			jobs = append(jobs, j)
 		}
-		taken[j.id] = true
-		jobs = append(jobs, j)
-	}
-	s.foldQ = rest
-	s.folding = len(rest) > 0
-	return jobs, s.folding
+		return jobs, rest
+	})
 }
 
 // foldReports applies reports of distinct nodes in one change, with the

@@ -129,14 +129,13 @@ type Server struct {
 	projMu    sync.Mutex
 	projNames map[string]string // project ID → name; projects are never renamed
 
-	// foldQ are the reports waiting for the change lock, folding whether
-	// one of their goroutines is already waiting for it for all of them
-	// (queueReport).
-	foldMu  sync.Mutex
-	foldQ   []*reportJob
-	folding bool
-	// reportChanges counts the changes that applied reports (foldReports).
-	reportChanges atomic.Uint64
+	// reports and changes wait for the change lock to be folded, each
+	// queue with one leader at a time (fold.go).
+	reports leadQueue[*reportJob]
+	changes leadQueue[*changeJob]
+	// reportChanges counts the changes that applied reports (foldReports),
+	// apiChanges those that applied folded API changes (foldChanges).
+	reportChanges, apiChanges atomic.Uint64
 
 	seenMu    sync.Mutex
 	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
@@ -370,6 +369,9 @@ type mutation struct {
 	puts int
 	// events are logged once the change is durable (logInfo).
 	events []logEvent
+	// staging holds what put staged, by key: a fold of creates decides
+	// each on the writes of those before it (fold.go).
+	staging map[string]any
 }
 
 // dryRun starts a change to be tried without the change lock and then
@@ -501,6 +503,10 @@ func (m *mutation) put(key string, v any) error {
 	if err := m.b.Put(key, v); err != nil {
 		return fmt.Errorf("stage %s: %w", key, err)
 	}
+	if m.staging == nil {
+		m.staging = map[string]any{}
+	}
+	m.staging[key] = v
 	// A server record carries its entry in the status index along.
 	switch rec := v.(type) {
 	case serverRec:
@@ -654,7 +660,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	route("/v1/servers", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listServers),
-		"POST": s.apiWarm(s.createServer, s.warmCreateServer),
+		"POST": s.apiFold(s.createServer, s.warmCreateServer),
 	})
 	route("/v1/servers/{id}", map[string]http.HandlerFunc{
 		"GET":    s.api(s.getServer),

@@ -186,14 +186,20 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 			return result{}, invalid("ssh_key_ids", "SSH key %q does not exist", id)
 		}
 	}
+	// The change may already hold other creates (a fold): their writes
+	// count as stored.
+	m := rc.mutation()
 	var existing string
+	if v, ok := m.staging[rc.pk.serverName(req.Name)].(string); ok {
+		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, v)
+	}
 	if err := s.st.Get(rc.pk.serverName(req.Name), &existing); err == nil {
 		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, existing)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return result{}, err
 	}
 
-	node, ok, err := s.pickNode(req.Chip, req.RAM, req.Storage)
+	node, ok, err := s.pickNode(req.Chip, req.RAM, req.Storage, m)
 	if err != nil {
 		return result{}, err
 	}
@@ -202,7 +208,6 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 			message: fmt.Sprintf("no free node with chip %s, at least %d GB RAM and %d GB storage", req.Chip, req.RAM, req.Storage)}
 	}
 	id := newID(prefixServer)
-	m := rc.mutation()
 	m.newServer(id)
 	rev := m.nextRev()
 	rec := serverRec{
