@@ -143,6 +143,9 @@ func ReportsQueued(s *Server) int {
 	return s.reports.len()
 }
 
+// MaxFold is how many changes one fold takes at most.
+const MaxFold = maxFold
+
 // ChangesQueued is how many folded API changes wait for the change lock.
 func ChangesQueued(s *Server) int {
 	return s.changes.len()

@@ -90,8 +90,14 @@ type changeJob struct {
 // one goroutine at a time (the leader) takes the change lock for every
 // change queued, as queueReport does for reports.
 func (s *Server) queueChange(ctx context.Context, j *changeJob) {
-	for lead := s.changes.join(j); lead; {
-		lead = s.changeRound(ctx)
+	// A leader's own change is in its first round (it found the queue
+	// empty). If more than a fold's worth waited, a goroutine of its own
+	// leads on, so that this request's answer does not wait for theirs.
+	if s.changes.join(j) && s.changeRound(ctx) {
+		go func() {
+			for s.changeRound(ctx) {
+			}
+		}()
 	}
 	<-j.done
 }

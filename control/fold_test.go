@@ -311,3 +311,38 @@ func TestFoldedChangePanics(t *testing.T) {
 	e.enroll(hwM4)
 	e.req("POST", "/v1/servers", serverBody("after")).must(t, 201)
 }
+
+// More creates than one fold takes wait behind the lock: they go in two
+// changes, and each gets its own node.
+func TestCreatesFoldInRounds(t *testing.T) {
+	e := newEnv(t, nil)
+	const count = control.MaxFold + 6
+	for range count {
+		e.enroll(hwM4)
+	}
+	before := control.APIChanges(e.srv)
+	release, err := control.HoldChangeLock(e.srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]answer, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() { got[i] = e.req("POST", "/v1/servers", serverBody(fmt.Sprintf("round-%d", i))) })
+	}
+	testutil.WaitFor(t, 10*time.Second, "every create queued", func() bool { return control.ChangesQueued(e.srv) == count })
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, a := range got {
+		a.must(t, 201)
+	}
+	if n := control.APIChanges(e.srv) - before; n != 2 {
+		t.Fatalf("%d changes for %d creates, want 2", n, count)
+	}
+	e.req("POST", "/v1/servers", serverBody("one-more")).wantErr(t, 409, control.CodeCapacityUnavailable, "")
+	if control.ChangesQueued(e.srv) != 0 {
+		t.Fatal("creates left queued")
+	}
+}
