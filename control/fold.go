@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hearthd/hearth/store"
 )
@@ -16,7 +17,7 @@ import (
 // in one chain across the replicas, and the creates a replica has waiting
 // take the lock once and commit once. Each is decided on what the creates
 // before it in the fold staged, exactly as if they had committed one by
-// one: a name they took is taken (mutation.staging), a node they took is
+// one: a name they took is taken (mutation.names), a node they took is
 // not free (pickNode), and an Idempotency-Key they used replays their
 // answer.
 
@@ -127,23 +128,38 @@ func (s *Server) changeRound(ctx context.Context) bool {
 }
 
 // foldChanges decides the jobs in one change, with the change lock held,
-// and commits it. A job that failed before staging anything is just
-// answered so; one that failed after leaves half its writes staged: the
-// change is dropped and built again without it.
+// and commits it.
 func (s *Server) foldChanges(jobs []*changeJob) error {
-	dropped := map[*changeJob]bool{}
+	// The Idempotency-Keys this build of the fold used (a change built
+	// again starts a new one).
+	var used map[string]*changeJob
+	var usedIn *mutation
+	return s.buildFold(len(jobs), &s.apiChanges, func(m *mutation, i int) (failed bool) {
+		if usedIn != m {
+			used, usedIn = map[string]*changeJob{}, m
+		}
+		s.decide(jobs[i], m, used)
+		return jobs[i].err != nil
+	})
+}
+
+// buildFold stages n jobs in one change (apply stages job i in m and
+// reports whether it failed) and commits it, with the change lock held;
+// done counts the changes committed. A job that failed before staging
+// anything is just answered so; one that failed after leaves half its
+// writes staged: the change is dropped and built again without it.
+func (s *Server) buildFold(n int, done *atomic.Uint64, apply func(m *mutation, i int) (failed bool)) error {
+	dropped := make([]bool, n)
 	for {
 		m := s.begin()
-		used := map[string]*changeJob{} // Idempotency-Keys this fold used
 		redo := false
-		for _, j := range jobs {
-			if dropped[j] {
+		for i := range n {
+			if dropped[i] {
 				continue
 			}
 			before := m.staged()
-			s.decide(j, m, used)
-			if j.err != nil && m.staged() != before {
-				dropped[j], redo = true, true
+			if apply(m, i) && m.staged() != before {
+				dropped[i], redo = true, true
 				break
 			}
 		}
@@ -154,7 +170,7 @@ func (s *Server) foldChanges(jobs []*changeJob) error {
 			m.discard()
 			return nil
 		default:
-			s.apiChanges.Add(1)
+			done.Add(1)
 			return m.commit()
 		}
 	}

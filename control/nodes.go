@@ -452,39 +452,15 @@ func (s *Server) takeReports() (jobs []*reportJob, again bool) {
 
 // foldReports applies reports of distinct nodes in one change, with the
 // change lock held. Each touches only its node, its server and what is
-// under that server, so no report decides on another's staged writes. A
-// report refused or failed before staging anything is just answered so;
-// one that failed after leaves half its writes staged: the change is
-// dropped and built again without it.
+// under that server, so no report decides on another's staged writes.
 func (s *Server) foldReports(jobs []*reportJob) error {
-	dropped := map[*reportJob]bool{}
-	for {
-		m := s.begin()
-		redo := false
-		for _, j := range jobs {
-			if dropped[j] {
-				continue
-			}
-			before := m.staged()
-			_, j.e, j.err = s.applyReport(m, j.id, j.o, j.now)
-			moved := m.staged() != before
-			if (j.e != nil || j.err != nil) && moved {
-				dropped[j], redo = true, true
-				break
-			}
-			j.settled = !moved
-		}
-		switch {
-		case redo:
-			m.discard()
-		case m.empty():
-			m.discard()
-			return nil
-		default:
-			s.reportChanges.Add(1)
-			return m.commit()
-		}
-	}
+	return s.buildFold(len(jobs), &s.reportChanges, func(m *mutation, i int) (failed bool) {
+		j := jobs[i]
+		before := m.staged()
+		_, j.e, j.err = s.applyReport(m, j.id, j.o, j.now)
+		j.settled = m.staged() == before
+		return j.e != nil || j.err != nil
+	})
 }
 
 // applyReport stages what a report changes in m and reports whether it

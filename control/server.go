@@ -369,9 +369,9 @@ type mutation struct {
 	puts int
 	// events are logged once the change is durable (logInfo).
 	events []logEvent
-	// staging holds what put staged, by key: a fold of creates decides
-	// each on the writes of those before it (fold.go).
-	staging map[string]any
+	// names are the server name index entries this change staged (a
+	// fold's creates: fold.go), name key → server ID.
+	names map[string]string
 }
 
 // dryRun starts a change to be tried without the change lock and then
@@ -503,10 +503,6 @@ func (m *mutation) put(key string, v any) error {
 	if err := m.b.Put(key, v); err != nil {
 		return fmt.Errorf("stage %s: %w", key, err)
 	}
-	if m.staging == nil {
-		m.staging = map[string]any{}
-	}
-	m.staging[key] = v
 	// A server record carries its entry in the status index along.
 	switch rec := v.(type) {
 	case serverRec:

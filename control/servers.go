@@ -190,8 +190,8 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	// count as stored.
 	m := rc.mutation()
 	var existing string
-	if v, ok := m.staging[rc.pk.serverName(req.Name)].(string); ok {
-		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, v)
+	if id, ok := m.names[rc.pk.serverName(req.Name)]; ok {
+		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, id)
 	}
 	if err := s.st.Get(rc.pk.serverName(req.Name), &existing); err == nil {
 		return result{}, conflict("name", "a server named %q already exists: %s", req.Name, existing)
@@ -229,6 +229,10 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	if err := m.put(rc.pk.serverName(req.Name), id); err != nil {
 		return result{}, err
 	}
+	if m.names == nil {
+		m.names = map[string]string{}
+	}
+	m.names[rc.pk.serverName(req.Name)] = id
 	// A new server has no rules and no API keys yet; the node's long-poll,
 	// which this change wakes, lists both.
 	m.noteEmpty(pfxRule+id+"/", pfxAPIKey+id+"/")
