@@ -72,6 +72,9 @@ type Config struct {
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
 	WriteStallTimeout time.Duration
+	// RelayLoop relays chat streams from an event loop over raw epoll
+	// rather than a goroutine each (internal/evloop).
+	RelayLoop bool
 	// ShutdownTimeout is how long in-flight requests may finish after
 	// SIGTERM before they are ended.
 	ShutdownTimeout time.Duration
@@ -139,6 +142,7 @@ func Defaults() Config {
 		MetricsListen:     "127.0.0.1:9464",
 		LogLevel:          "info",
 		Reasoning:         true,
+		RelayLoop:         true,
 	}
 }
 
@@ -208,6 +212,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "Time to read one request, including the TLS handshake: bounds slow clients.")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "How long a keep-alive connection may sit idle between requests.")
 	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", c.WriteStallTimeout, "Longest a single write to a client may block (a client that stopped reading); the generation is then stopped. Long streams are not cut.")
+	fs.BoolVar(&c.RelayLoop, "relay-loop", c.RelayLoop, "Relay streamed chat completions (plain HTTP/1.1 keep-alive, n 1) from one event loop over epoll: a token is one read from the runtime and one write to the client, with no goroutine woken for it. false: a goroutine per stream, as for TLS and every other stream.")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "On SIGTERM, how long in-flight requests may finish before they are ended.")
 
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Address of the Prometheus /metrics listener, separate from the public API port. Empty: no metrics.")

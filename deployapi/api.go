@@ -21,6 +21,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -52,6 +53,10 @@ type APIConfig struct {
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.
 	SwitchWait time.Duration
+	// Loop, if set, relays the chat streams the runtime lets it
+	// (llm.Pollable, pollrelay.go); the runtime must watch their
+	// connections with the same loop.
+	Loop *evloop.Loop
 }
 
 // DefaultSwitchWait is APIConfig.SwitchWait's default.
@@ -79,7 +84,8 @@ type API struct {
 	reqPrefix string
 	reqSeq    atomic.Uint64
 	bufs      sync.Pool
-	peers     peerWatcher // each request's client socket, for its close
+	peers     peerWatcher   // each request's client socket, for its close
+	polled    atomic.Uint64 // streams relayed from the event loop (tests)
 	// srv is the server streams hand their connection back to (Server).
 	srv atomic.Pointer[fasthttp.Server]
 }

@@ -54,6 +54,15 @@ func startAPILog(t *testing.T, fc fake.Config, mod func(*APIConfig), log *slog.L
 		mod(&cfg)
 	}
 	rt := fake.New(fc)
+	ta := serveAPI(t, cfg, rt, log)
+	ta.rt = rt
+	return ta
+}
+
+// serveAPI serves an API over rt, with one key, on a loopback port until
+// the test ends.
+func serveAPI(t *testing.T, cfg APIConfig, rt llm.Runtime, log *slog.Logger) *testAPI {
+	t.Helper()
 	keys := apikeys.NewStatic()
 	secret, key := keys.Add("test")
 	api := NewAPI(cfg, rt, keys, metrics.NewNode("test"), log)
@@ -69,7 +78,7 @@ func startAPILog(t *testing.T, fc fake.Config, mod func(*APIConfig), log *slog.L
 		_ = srv.Shutdown()
 	})
 	root := "http://" + ln.Addr().String()
-	return &testAPI{url: root + "/api/v1", root: root, api: api, rt: rt, keys: keys, secret: secret, keyID: key.ID}
+	return &testAPI{url: root + "/api/v1", root: root, api: api, keys: keys, secret: secret, keyID: key.ID}
 }
 
 // get GETs path below the root and returns the status.

@@ -36,6 +36,10 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	// A forced or single tool call wraps the stream (startGeneration),
+	// which the loop does not relay.
+	rt := &req.Runtime
+	rt.Polled = req.Stream && a.pollable(ctx, req.N) && rt.ForceTool == "" && !(rt.OneToolCall && len(rt.Tools) > 0)
 	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, choiceRequest(&req.Runtime, i))
 	})

@@ -73,12 +73,17 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 		}()
 		// ctx stays valid until this function returns.
 		keep := !ctx.Response.Header.ConnectionClose()
-		var ok bool
-		if early {
-			ok = headOK && b.relayRest(hc)
-		} else {
-			ok = b.writeHead(hc, ctx.Response.Header.Header()) && b.relayRest(hc)
+		ok := headOK
+		if !early {
+			ok = b.writeHead(hc, ctx.Response.Header.Header())
 		}
+		// From the event loop (pollrelay.go) where the stream allows it,
+		// and the connection is to be kept (a closing one is rare and
+		// takes the path below).
+		if ok && !b.finished && keep && !a.draining.Load() && a.startPollRelay(hc, b, srv) {
+			return
+		}
+		ok = ok && b.relayRest(hc)
 		b.Close() // the completion ends, and the peer watch with it
 		if !ok || !keep || a.draining.Load() {
 			hc.Close()
@@ -89,17 +94,7 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 			hc.Close()
 			return
 		}
-		k := kept(next)
-		if !a.kept.add(k) {
-			next.Close() // the drain began meanwhile
-			return
-		}
-		// A goroutine of its own, so that fasthttp releases this request's
-		// context now rather than when the connection closes.
-		go func() {
-			_ = srv.ServeConn(next)
-			a.kept.remove(k)
-		}()
+		a.serveKept(srv, next)
 	})
 }
 

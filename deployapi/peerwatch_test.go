@@ -9,29 +9,7 @@ import (
 )
 
 // tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
+func tcpPair(t *testing.T) (client, server net.Conn) { return testutil.TCPPair(t) }
 
 func TestPeerWatcherSeesTheClientGo(t *testing.T) {
 	var w peerWatcher

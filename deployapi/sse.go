@@ -191,7 +191,14 @@ func (b *sseBody) put() {
 
 // fill appends the next burst of events to buf and returns the time the
 // last one arrived.
-func (b *sseBody) fill() time.Time {
+func (b *sseBody) fill() time.Time { return b.fillFrom(false) }
+
+// fillPolled is fill for a stream relayed from the event loop: it never
+// waits on the runtime (Recv only while the stream has an event buffered),
+// and is called once Ready reported one.
+func (b *sseBody) fillPolled() time.Time { return b.fillFrom(true) }
+
+func (b *sseBody) fillFrom(polled bool) time.Time {
 	c := b.c
 	for {
 		i, ev, err := c.stream.Recv()
@@ -221,6 +228,9 @@ func (b *sseBody) fill() time.Time {
 				b.finished = true
 				return now
 			}
+		}
+		if polled && !c.stream.Buffered() {
+			return now
 		}
 		if len(b.buf) > b.room && (!c.stream.Buffered() || len(b.buf) >= 32<<10) {
 			return now

@@ -30,6 +30,7 @@ import (
 
 	"github.com/ollama/ollama/api"
 
+	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -59,6 +60,11 @@ type Config struct {
 	// Otherwise (or unset) the backend logs an error and Ready fails with
 	// ErrStuck until the runtime answers again. It must not block.
 	OnStuck func(reason string) (restarting bool)
+	// Loop, if set, watches the connections of generations that ask for it
+	// (llm.Request.Polled) instead of Go's netpoller: their streams are
+	// llm.Pollable, relayed by the caller from the loop's thread. Only with
+	// the default transport.
+	Loop *evloop.Loop
 }
 
 // DefaultMaxConns is the idle connection pool size when Config.MaxConns is
@@ -131,6 +137,7 @@ func New(cfg Config) (*Backend, error) {
 		var tr http.RoundTripper = loopbackTransport(maxConns)
 		if u.Scheme == "http" {
 			lt = newLoopTransport(maxConns)
+			lt.loop = cfg.Loop
 			tr = lt
 		}
 		hc = &http.Client{Transport: tr}
@@ -431,18 +438,18 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
-	return b.generate(ctx, b.chatURL, b.chatTo, body)
+	return b.generate(ctx, b.chatURL, b.chatTo, body, req.Polled)
 }
 
 // generate posts body to url (/api/chat or /api/generate, whose NDJSON
 // answers the stream reads alike; to is the same URL for the loop
 // transport) and returns the stream once its first line has arrived:
 // Chat's contract.
-func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body []byte) (llm.Stream, error) {
+func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body []byte, polled bool) (llm.Stream, error) {
 	// The request lives until the stream ends, past ctx while the prompt
 	// is read; cancelling it makes Ollama stop generating.
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	send := func() (*http.Response, error) { return b.lt.post(rctx, to, body) }
+	send := func() (*http.Response, error) { return b.lt.post(rctx, to, body, polled) }
 	if b.lt == nil {
 		hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {

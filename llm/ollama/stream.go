@@ -11,7 +11,10 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -41,6 +44,15 @@ type stream struct {
 	toolCalls bool // tool calls seen; the finish reason is tool_calls
 	done      bool // final event decoded
 	err       error
+
+	// pc is the connection while the stream is polled (llm.Pollable);
+	// drainedAt is its Edge when a read last emptied it, or ^0.
+	pc        *evloop.Conn
+	drainedAt uint64
+	// lingering is set while a polled stream, past its final event, waits
+	// for the end of the runtime's answer to hand the connection back: its
+	// Close leaves the connection to that wait (linger).
+	lingering atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -371,7 +383,52 @@ func (s *stream) fail(err error) error {
 // finish releases the connection after the final event. Draining the
 // (already ended) body lets the transport reuse the connection.
 func (s *stream) finish() {
+	if s.pc != nil {
+		// Polled: reading may not wait. Ollama writes the answer's end
+		// (the last chunk) after its final line, often in a write of its
+		// own; if it has not come yet, the loop waits for it.
+		lb := s.lines.(*loopBody)
+		if !lb.endBuffered() {
+			s.ingest(lb)
+		}
+		if !lb.endBuffered() && !s.pc.Failed() {
+			s.lingering.Store(true)
+			pc := s.pc
+			// Closed on the loop's goroutine, so never once handed back.
+			t := time.AfterFunc(lingerTimeout, func() {
+				pc.Loop().Post(func() {
+					if s.lingering.Load() {
+						pc.Close()
+					}
+				})
+			})
+			pc.Poll(func() {
+				s.ingest(lb)
+				if lb.endBuffered() || pc.Failed() {
+					t.Stop()
+					s.endLinger()
+				}
+			})
+			return
+		}
+		s.Unpoll()
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(s.lines, 4<<10))
+	s.Close()
+}
+
+// lingerTimeout bounds the wait for the end of an answer whose final line
+// has come: Ollama writes it at once.
+const lingerTimeout = 2 * time.Second
+
+// endLinger ends a linger: the end of the answer is in, or the connection
+// failed. On the loop's goroutine.
+func (s *stream) endLinger() {
+	s.pc.Poll(nil)
+	s.pc = nil
+	_, _ = io.Copy(io.Discard, io.LimitReader(s.lines, 4<<10)) // no wait: ended, or failed
+	s.lingering.Store(false)
+	s.end()
 	s.Close()
 }
 
@@ -382,15 +439,89 @@ func (s *stream) Close() error {
 		if s.stopAfter != nil {
 			s.stopAfter()
 		}
-		s.cancel(context.Canceled)
-		if s.lines != nil {
-			s.lines.Close()
-		}
 		if s.watch != nil {
 			s.watch.closed(s.track)
 		}
+		if !s.lingering.Load() {
+			s.end()
+		}
 	})
 	return nil
+}
+
+// end ends the request: the connection is closed if its answer was not
+// read to the end, and Ollama stops generating when its client goes away.
+func (s *stream) end() {
+	s.cancel(context.Canceled)
+	if s.lines != nil {
+		s.lines.Close()
+	}
+}
+
+var _ llm.Pollable = (*stream)(nil)
+
+// Poll implements llm.Pollable: a stream whose connection the transport's
+// loop watches (a polled post) can be.
+func (s *stream) Poll(ready func()) bool {
+	lb, ok := s.lines.(*loopBody)
+	if !ok || lb.pc.pc == nil || s.pc != nil {
+		return false
+	}
+	s.pc = lb.pc.pc
+	s.drainedAt = ^uint64(0)
+	s.pc.Poll(ready)
+	return true
+}
+
+// Unpoll implements llm.Pollable.
+func (s *stream) Unpoll() {
+	if s.pc != nil {
+		s.pc.Poll(nil)
+		s.pc = nil
+	}
+}
+
+// Ready implements llm.Pollable. It reads at most until a read takes less
+// than the buffer had room for: the socket is empty then, and the loop
+// (edge-triggered) is told when more comes; so no read finds it empty for
+// nothing, the read a Go stream makes before it may wait.
+func (s *stream) Ready() llm.PollState {
+	lb := s.lines.(*loopBody)
+	for {
+		if s.Buffered() || s.err != nil || s.done || lb.err != nil {
+			return llm.PollReady
+		}
+		if s.pc.Failed() {
+			return llm.PollReady // Recv reads and returns the error at once
+		}
+		if s.drainedAt == s.pc.Edge() {
+			return llm.PollWait
+		}
+		room := lb.br.Size() - lb.br.Buffered()
+		if room == 0 {
+			// A line longer than the buffer: readLine assembles it, which
+			// takes reads that may wait.
+			return llm.PollBlock
+		}
+		got := s.ingest(lb)
+		if got < room {
+			s.drainedAt = s.pc.Edge()
+		}
+		if got == 0 && !s.pc.Failed() {
+			return llm.PollWait
+		}
+	}
+}
+
+// ingest reads once what the connection has into the read buffer, without
+// waiting, and returns how many bytes came.
+func (s *stream) ingest(lb *loopBody) int {
+	n := lb.br.Buffered()
+	if n == lb.br.Size() {
+		return 0
+	}
+	_, _ = lb.br.Peek(n + 1) // one read: bufio fills once, then has n+1
+	return lb.br.Buffered() - n
 }
 
 func newCallID() string {

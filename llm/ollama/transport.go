@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hearthd/hearth/internal/evloop"
 )
 
 // loopTransport is the HTTP/1.1 transport to a runtime on this host: pooled
@@ -34,9 +36,13 @@ import (
 type loopTransport struct {
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	maxIdle int
+	// loop, if set, watches the connections of polled posts (post's
+	// polled), which are pooled apart from the others (pidle).
+	loop *evloop.Loop
 
-	mu   sync.Mutex
-	idle map[string][]*loopConn // by host:port, most recently used last
+	mu    sync.Mutex
+	idle  map[string][]*loopConn // by host:port, most recently used last
+	pidle map[string][]*loopConn // the loop's
 }
 
 func newLoopTransport(maxIdle int) *loopTransport {
@@ -48,7 +54,7 @@ func newLoopTransport(maxIdle int) *loopTransport {
 		// so keepalive probes would find nothing; skip their timers.
 		KeepAlive: -1,
 	}
-	return &loopTransport{dial: d.DialContext, maxIdle: maxIdle, idle: map[string][]*loopConn{}}
+	return &loopTransport{dial: d.DialContext, maxIdle: maxIdle, idle: map[string][]*loopConn{}, pidle: map[string][]*loopConn{}}
 }
 
 // loopReadBufferSize is a connection's read buffer, the one buffer a
@@ -66,6 +72,8 @@ type loopConn struct {
 	c    net.Conn
 	br   *bufio.Reader
 	host string
+	// pc is c when the loop watches it (a polled connection).
+	pc *evloop.Conn
 }
 
 // Requests are written from pooled buffers, held only while a request is
@@ -91,7 +99,7 @@ func (t *loopTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	host := dialHost(req.URL)
 	for try := 0; ; try++ {
-		pc, reused, err := t.get(req.Context(), host)
+		pc, reused, err := t.get(req.Context(), host, false)
 		if err != nil {
 			closeReqBody(req)
 			return nil, err
@@ -183,7 +191,11 @@ func (to *loopTarget) appendPost(dst, body []byte) []byte {
 // request's bytes built directly, and returns the answer with its headers
 // read: RoundTrip for the one request a generation makes, without
 // building an http.Request. The answer's Body is a *loopBody.
-func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte) (*http.Response, error) {
+//
+// polled asks for a connection watched by the transport's loop, if it has
+// one: the stream then can be relayed from the loop's thread
+// (llm.Pollable).
+func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte, polled bool) (*http.Response, error) {
 	bp := loopBufs.Get().(*[]byte)
 	req := to.appendPost((*bp)[:0], body)
 	defer func() {
@@ -193,7 +205,7 @@ func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte) (
 		}
 	}()
 	for try := 0; ; try++ {
-		pc, reused, err := t.get(ctx, to.host)
+		pc, reused, err := t.get(ctx, to.host, polled)
 		if err != nil {
 			return nil, err
 		}
@@ -225,13 +237,24 @@ func closeReqBody(req *http.Request) {
 	}
 }
 
-// get takes an idle connection to host, or dials one.
-func (t *loopTransport) get(ctx context.Context, host string) (pc *loopConn, reused bool, err error) {
+// get takes an idle connection to host, or dials one; polled, one the
+// loop watches (when the transport has a loop).
+func (t *loopTransport) get(ctx context.Context, host string, polled bool) (pc *loopConn, reused bool, err error) {
+	polled = polled && t.loop != nil
 	t.mu.Lock()
-	if l := t.idle[host]; len(l) > 0 {
+	pool := t.idle
+	if polled {
+		pool = t.pidle
+	}
+	for l := pool[host]; len(l) > 0 && pc == nil; l = pool[host] {
 		pc = l[len(l)-1]
 		l[len(l)-1] = nil
-		t.idle[host] = l[:len(l)-1]
+		pool[host] = l[:len(l)-1]
+		if pc.pc != nil && pc.pc.Failed() {
+			// The runtime closed it while idle, and the loop saw it.
+			pc.c.Close()
+			pc = nil
+		}
 	}
 	t.mu.Unlock()
 	if pc != nil {
@@ -241,15 +264,30 @@ func (t *loopTransport) get(ctx context.Context, host string) (pc *loopConn, reu
 	if err != nil {
 		return nil, false, err
 	}
-	return &loopConn{c: c, br: bufio.NewReaderSize(c, loopReadBufferSize), host: host}, false, nil
+	var lc *evloop.Conn
+	if polled {
+		// Once per connection: it stays the loop's while pooled.
+		if lc, err = t.loop.Detach(c); err != nil {
+			return nil, false, err
+		}
+		c = lc
+	}
+	return &loopConn{c: c, br: bufio.NewReaderSize(c, loopReadBufferSize), host: host, pc: lc}, false, nil
 }
 
 // put returns a connection whose last answer was read to the end.
 func (t *loopTransport) put(pc *loopConn) {
+	if pc.pc != nil {
+		pc.pc.Poll(nil) // blocking mode again for the next request
+	}
 	t.mu.Lock()
-	l := t.idle[pc.host]
+	pool := t.idle
+	if pc.pc != nil {
+		pool = t.pidle
+	}
+	l := pool[pc.host]
 	if len(l) < t.maxIdle {
-		t.idle[pc.host] = append(l, pc)
+		pool[pc.host] = append(l, pc)
 		pc = nil
 	}
 	t.mu.Unlock()
@@ -262,12 +300,14 @@ func (t *loopTransport) put(pc *loopConn) {
 // it).
 func (t *loopTransport) CloseIdleConnections() {
 	t.mu.Lock()
-	idle := t.idle
-	t.idle = map[string][]*loopConn{}
+	idle, pidle := t.idle, t.pidle
+	t.idle, t.pidle = map[string][]*loopConn{}, map[string][]*loopConn{}
 	t.mu.Unlock()
-	for _, l := range idle {
-		for _, pc := range l {
-			pc.c.Close()
+	for _, pool := range []map[string][]*loopConn{idle, pidle} {
+		for _, l := range pool {
+			for _, pc := range l {
+				pc.c.Close()
+			}
 		}
 	}
 }
@@ -688,6 +728,31 @@ func (b *loopBody) bufferedLine() bool {
 		}
 		buf, rem = buf[len(d):], 0
 	}
+}
+
+// endBuffered reports whether the rest of the body is in the read buffer,
+// or the body has ended: then reading it to the end takes no read from the
+// connection. For a chunked body it knows the end only as net/http's
+// server writes it (the last chunk, no trailer), which is how Ollama ends
+// every answer; any other end reports false.
+func (b *loopBody) endBuffered() bool {
+	if b.err != nil {
+		return true
+	}
+	buf, _ := b.br.Peek(b.br.Buffered()) // never reads
+	if !b.chunked {
+		return b.rem >= 0 && int64(len(buf)) >= b.rem
+	}
+	if b.rem != 0 {
+		return false
+	}
+	if b.crlf {
+		if !bytes.HasPrefix(buf, []byte("\r\n")) {
+			return false
+		}
+		buf = buf[2:]
+	}
+	return bytes.HasPrefix(buf, []byte("0\r\n\r\n"))
 }
 
 // Close before the end closes the connection: the runtime sees the request

@@ -1,0 +1,268 @@
+// Package evloop is an event loop over raw epoll: one goroutine waits for
+// the sockets it watches and runs their handlers itself.
+//
+// hearthd relays each token of a stream from the runtime's socket to the
+// client's. Through Go's netpoller that costs, per token, a goroutine
+// parked and woken (the scheduler's spin, futex and netpoll), and a read
+// that finds the socket empty before the goroutine may park (a Go read
+// tries before it waits). nginx, with one epoll loop per worker, reads and
+// writes a token with nothing else (BENCHMARKS.md, issue 15). A Loop gives
+// hearthd that structure where it pays: the loop wakes once for every
+// socket that has something, reads each token, encodes and writes it, and
+// waits again; no goroutine per stream, and no read that finds a socket
+// empty (edge-triggered: a read shorter than its buffer emptied it).
+//
+// A socket the loop owns (Conn) must not also sit in Go's netpoller: every
+// token would then wake a thread of the scheduler as well. Detach takes a
+// connection out of it. A Conn also serves a goroutine (Read and Write wait
+// for the loop's word), which is how a request is written and its answer's
+// head read before the loop takes the stream over.
+package evloop
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Loop is one epoll instance, the goroutine that waits for it and the
+// handlers it runs.
+type Loop struct {
+	ep   *os.File // the epoll instance, as Go's netpoller waits on it
+	epfd int      // ep's descriptor (ep.Fd would make it blocking)
+	wake int      // eventfd: Post and Close wake the loop through it
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	handlers map[uint64]func(events uint32)
+	nextID   uint64
+	queue    []func()
+	closed   bool
+
+	done chan struct{}
+	// woken is set while a wake-up is pending, so a burst of Posts writes
+	// the eventfd once.
+	woken atomic.Bool
+}
+
+// wakeID is the epoll data of the loop's own eventfd; watched sockets get
+// IDs from 1 up, never reused, so an event for a socket that was closed
+// (and whose number may already be another's) is told apart and dropped.
+const wakeID = 0
+
+// New starts a loop. Close stops it.
+func New(log *slog.Logger) (*Loop, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("evloop: epoll_create1: %w", err)
+	}
+	// Non-blocking, so that os.NewFile makes it a File Go's netpoller
+	// waits on (run).
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("evloop: epoll non-blocking: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("evloop: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN}
+	setID(&ev, wakeID)
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		unix.Close(wake)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("evloop: watch eventfd: %w", err)
+	}
+	l := &Loop{ep: os.NewFile(uintptr(epfd), "evloop"), epfd: epfd, wake: wake, log: log,
+		handlers: map[uint64]func(uint32){}, nextID: 1, done: make(chan struct{})}
+	go l.run()
+	return l, nil
+}
+
+func setID(ev *unix.EpollEvent, id uint64) {
+	ev.Fd, ev.Pad = int32(uint32(id)), int32(uint32(id>>32))
+}
+
+func idOf(ev *unix.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+// Close stops the loop once the handlers it is running return; handlers
+// and posted functions not run by then never run. Sockets still watched are
+// left as they are: their owners close them.
+func (l *Loop) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		<-l.done
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.signal()
+	<-l.done
+	unix.Close(l.wake)
+	return l.ep.Close()
+}
+
+// Post runs f on the loop's goroutine, after the handlers of the events it is
+// handling now. It reports false if the loop is closed (f never runs).
+func (l *Loop) Post(f func()) bool {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return false
+	}
+	l.queue = append(l.queue, f)
+	l.mu.Unlock()
+	if l.woken.CompareAndSwap(false, true) {
+		l.signal()
+	}
+	return true
+}
+
+func (l *Loop) signal() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(l.wake, one[:]) // EAGAIN: a wake-up is pending anyway
+}
+
+// Watch calls h on the loop's goroutine with the events of fd (edge-triggered:
+// once per change), until Unwatch. fd stays its caller's: it must stay open
+// until Unwatch returns.
+func (l *Loop) Watch(fd int, events uint32, h func(events uint32)) (id uint64, err error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, errors.New("evloop: loop closed")
+	}
+	id = l.nextID
+	l.nextID++
+	l.handlers[id] = h
+	l.mu.Unlock()
+	ev := unix.EpollEvent{Events: events | unix.EPOLLET}
+	setID(&ev, id)
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		l.forget(id)
+		return 0, fmt.Errorf("evloop: watch fd %d: %w", fd, err)
+	}
+	return id, nil
+}
+
+// Unwatch stops watching fd, watched as id. An event already taken from
+// epoll is dropped.
+func (l *Loop) Unwatch(fd int, id uint64) {
+	l.forget(id)
+	_ = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+// forget drops id's handler; closing its fd then removes it from epoll.
+func (l *Loop) forget(id uint64) {
+	l.mu.Lock()
+	delete(l.handlers, id)
+	l.mu.Unlock()
+}
+
+// run is the loop: a goroutine that waits for the loop's epoll instance
+// in Go's netpoller (an epoll instance is readable while it has events),
+// takes every event ready with one epoll_wait and handles them, then waits
+// again. It holds no processor while it waits. A goroutine blocked in
+// epoll_wait itself would: Go's monitor thread takes the processor of a
+// goroutine that sits in a system call once others need it, or once it
+// has not been scheduled for 10 ms, and after each such take polls every
+// 20 µs for a while; a loop in epoll_wait kept it there, a fifth of a core
+// at one stream (BENCHMARKS.md).
+//
+// The wait is one RawConn.Read whose function handles the events: the
+// netpoller's readiness is reset before the function first runs, and an
+// event that comes after a harvest marks the instance ready again, so no
+// event is missed between a harvest and the wait after it.
+func (l *Loop) run() {
+	defer close(l.done)
+	events := make([]unix.EpollEvent, 128)
+	hs := make([]func(uint32), 0, len(events))
+	var queue []func()
+	rc, err := l.ep.SyscallConn()
+	if err != nil {
+		l.log.Error("event loop stopped", "err", err)
+		return
+	}
+	err = rc.Read(func(uintptr) bool {
+		for {
+			n, err := unix.EpollWait(l.epfd, events, 0)
+			if err != nil {
+				if err == unix.EINTR {
+					continue
+				}
+				l.log.Error("event loop stopped", "err", err)
+				return true
+			}
+			hs = hs[:0]
+			l.mu.Lock()
+			for i := range n {
+				hs = append(hs, l.handlers[idOf(&events[i])]) // nil for the eventfd and for a socket forgotten
+			}
+			l.mu.Unlock()
+			for i, h := range hs {
+				if h != nil {
+					l.handle(h, events[i].Events)
+				} else if idOf(&events[i]) == wakeID {
+					var buf [8]byte
+					_, _ = unix.Read(l.wake, buf[:])
+					l.woken.Store(false)
+				}
+			}
+			l.mu.Lock()
+			if l.closed {
+				l.mu.Unlock()
+				return true
+			}
+			queue, l.queue = l.queue, queue[:0]
+			l.mu.Unlock()
+			for i, f := range queue {
+				l.call(f)
+				queue[i] = nil
+			}
+			if n < len(events) {
+				return false // all taken: wait in the netpoller
+			}
+			// More are ready: let the goroutines the handlers woke run
+			// first, and be scheduled again, which keeps Go's monitor
+			// from taking the processor of a goroutine that ran 10 ms.
+			runtime.Gosched()
+		}
+	})
+	if err != nil {
+		l.log.Error("event loop stopped", "err", err)
+	}
+}
+
+// call runs f and handle runs h; a panic is logged and the loop goes on.
+// Handlers recover their own panics to fail what they were doing; this is
+// the last guard of the goroutine every stream on it shares.
+func (l *Loop) call(f func()) {
+	defer l.recovered()
+	f()
+}
+
+func (l *Loop) handle(h func(uint32), events uint32) {
+	defer l.recovered()
+	h(events)
+}
+
+func (l *Loop) recovered() {
+	if v := recover(); v != nil {
+		buf := make([]byte, 8<<10)
+		buf = buf[:runtime.Stack(buf, false)]
+		l.log.Error("panic in an event loop handler", "panic", fmt.Sprint(v), "stack", string(buf))
+	}
+}

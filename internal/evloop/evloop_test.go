@@ -1,0 +1,234 @@
+package evloop
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
+)
+
+func newLoop(t *testing.T) *Loop {
+	t.Helper()
+	l, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// pair returns a loopback connection's two ends, the first detached into l.
+func pair(t *testing.T, l *Loop) (*Conn, net.Conn) {
+	t.Helper()
+	c, peer := testutil.TCPPair(t)
+	pc, err := l.Detach(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	return pc, peer
+}
+
+// within fails unless ch yields within d (a bound for a broken build).
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: nothing within %s", what, d)
+		panic("unreachable")
+	}
+}
+
+type readResult struct {
+	n   int
+	err error
+}
+
+// In blocking mode a Conn is a net.Conn: Read waits for the peer's bytes,
+// Write is read by the peer, the peer's close is io.EOF, and Close ends a
+// Read that waits.
+func TestConnBlocking(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+
+	got := make(chan readResult, 1)
+	buf := make([]byte, 16)
+	go func() {
+		n, err := pc.Read(buf)
+		got <- readResult{n, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Read wait (the test holds either way)
+	if _, err := peer.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if r := within(t, got, 5*time.Second, "read"); r.err != nil || string(buf[:r.n]) != "hello" {
+		t.Fatalf("read %q, %v", buf[:r.n], r.err)
+	}
+
+	if _, err := pc.Write([]byte("world")); err != nil {
+		t.Fatal(err)
+	}
+	pb := make([]byte, 5)
+	if _, err := io.ReadFull(peer, pb); err != nil || string(pb) != "world" {
+		t.Fatalf("peer read %q, %v", pb, err)
+	}
+
+	go func() {
+		n, err := pc.Read(buf)
+		got <- readResult{n, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	pc.Close()
+	if r := within(t, got, 5*time.Second, "read after close"); !errors.Is(r.err, net.ErrClosed) {
+		t.Fatalf("read after Close: %d, %v; want net.ErrClosed", r.n, r.err)
+	}
+	if !pc.Failed() {
+		t.Fatal("Failed false after Close")
+	}
+}
+
+func TestConnPeerClose(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+	peer.Close()
+	if n, err := pc.Read(make([]byte, 4)); err != io.EOF {
+		t.Fatalf("read after the peer closed: %d, %v; want io.EOF", n, err)
+	}
+	if !pc.Failed() {
+		t.Fatal("Failed false after the peer closed")
+	}
+}
+
+// In polled mode Read never waits, and the handler runs in the loop's
+// goroutine when bytes arrive, Edge counting each event.
+func TestConnPolled(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+	calls := make(chan uint64, 16)
+	// Switched on the loop's goroutine, as its users do.
+	done := make(chan struct{})
+	l.Post(func() {
+		pc.Poll(func() { calls <- pc.Edge() })
+		close(done)
+	})
+	within(t, done, 5*time.Second, "poll set")
+	if _, err := pc.Read(make([]byte, 4)); !errors.Is(err, ErrWouldBlock) {
+		t.Fatalf("polled read of an empty socket: %v, want ErrWouldBlock", err)
+	}
+	before := len(calls)
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	var edge uint64
+	for range before + 1 {
+		edge = within(t, calls, 5*time.Second, "handler call")
+	}
+	read := make(chan readResult, 1)
+	l.Post(func() {
+		buf := make([]byte, 4)
+		n, err := pc.Read(buf)
+		read <- readResult{n, err}
+	})
+	if r := within(t, read, 5*time.Second, "polled read"); r.n != 1 || r.err != nil {
+		t.Fatalf("polled read: %d, %v", r.n, r.err)
+	}
+	if _, err := peer.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if e := within(t, calls, 5*time.Second, "handler call"); e <= edge {
+		t.Fatalf("Edge %d after more bytes, was %d", e, edge)
+	}
+	// Close calls the handler once more, which sees Failed.
+	closed := make(chan bool, 1)
+	set := make(chan struct{})
+	l.Post(func() {
+		pc.Poll(func() { closed <- pc.Failed() })
+		close(set)
+	})
+	within(t, set, 5*time.Second, "poll set")
+	go pc.Close()
+	if !within(t, closed, 5*time.Second, "handler after close") {
+		t.Fatal("handler after Close saw Failed false")
+	}
+}
+
+// Close from other goroutines while reads and writes run: no descriptor
+// is closed under one (run with -race; a reused descriptor would read
+// another socket's bytes or fail with EBADF, not net.ErrClosed).
+func TestConnCloseWhileInUse(t *testing.T) {
+	l := newLoop(t)
+	for range 20 {
+		pc, peer := pair(t, l)
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 64)
+			for {
+				if _, err := pc.Read(buf); err != nil {
+					if !errors.Is(err, net.ErrClosed) && err != io.EOF {
+						t.Errorf("read: %v", err)
+					}
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := pc.Write([]byte("ping")); err != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(io.Discard, peer)
+		}()
+		go func() {
+			for range 50 {
+				_, _ = peer.Write([]byte("x"))
+			}
+		}()
+		time.Sleep(2 * time.Millisecond)
+		pc.Close()
+		peer.Close()
+		wg.Wait()
+	}
+}
+
+func TestPostAfterClose(t *testing.T) {
+	l, err := New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	if !l.Post(func() { close(ran) }) {
+		t.Fatal("Post on an open loop refused")
+	}
+	within(t, ran, 5*time.Second, "posted function")
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Post(func() {}) {
+		t.Fatal("Post after Close accepted")
+	}
+	if _, err := l.Watch(0, 0, func(uint32) {}); err == nil {
+		t.Fatal("Watch after Close accepted")
+	}
+}
+
+// A handler that panics is logged and the loop goes on.
+func TestHandlerPanicKeepsTheLoop(t *testing.T) {
+	l := newLoop(t)
+	l.Post(func() { panic("boom") })
+	ran := make(chan struct{})
+	l.Post(func() { close(ran) })
+	within(t, ran, 5*time.Second, "function posted after a panic")
+}
