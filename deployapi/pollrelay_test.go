@@ -387,3 +387,37 @@ func streamText(ctx context.Context, ta *testAPI, conn net.Conn, br *bufio.Reade
 	}
 	return sb.String(), done
 }
+
+// A stream relayed from the loop that ends while the server drains closes
+// its connection, as a goroutine's does.
+func TestPolledStreamClosesItsConnectionWhenDraining(t *testing.T) {
+	f := &fakeOllama{tokens: []string{"a", "b", "c", "d", "e"}, delay: 20 * time.Millisecond}
+	ta := startPolledAPI(t, f, nil)
+	conn, br := dialAPI(t, ta)
+	ta.sendStream(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bufio.NewReader(resp.Body)
+	if line, err := body.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first SSE line %q, %v", line, err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the loop to relay the stream", func() bool { return ta.api.polled.Load() == 1 })
+	drained := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		drained <- ta.api.Drain(ctx)
+	}()
+	if evs := readSSE(t, body); evs[len(evs)-1].data != "[DONE]" {
+		t.Fatalf("stream did not finish: %v", evs)
+	}
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a kept connection would wait for a request
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
+	}
+}
