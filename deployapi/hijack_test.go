@@ -162,6 +162,15 @@ func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`)); err != nil {
 		t.Fatal(err)
 	}
+	drainDuringStream(t, ta, conn, br, nil)
+}
+
+// drainDuringStream reads the response to the stream just sent on conn
+// up to its first event, calls started (if set), starts the drain, and
+// fails unless the stream still ends whole and its connection is closed
+// after it.
+func drainDuringStream(t *testing.T, ta *testAPI, conn net.Conn, br *bufio.Reader, started func()) {
+	t.Helper()
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +178,9 @@ func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	body := bufio.NewReader(resp.Body)
 	if line, err := body.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
 		t.Fatalf("first SSE line %q, %v", line, err)
+	}
+	if started != nil {
+		started()
 	}
 	drained := make(chan error, 1)
 	go func() {
@@ -182,6 +194,7 @@ func TestStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	if err := <-drained; err != nil {
 		t.Fatal(err)
 	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a kept connection would wait for a request
 	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
 	}

@@ -114,6 +114,18 @@ func startPolledAPI(t *testing.T, f *fakeOllama, mod func(*APIConfig)) *testAPI 
 
 const streamBody = `{"model":"hearth-tiny","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
 
+// streamHead sends a streamed chat request on conn and reads its
+// response's head.
+func (ta *testAPI) streamHead(t *testing.T, conn net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	ta.sendStream(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // sendStream writes a streamed chat request (streamBody) on conn.
 func (ta *testAPI) sendStream(conn net.Conn) {
 	fmt.Fprintf(conn, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
@@ -124,11 +136,7 @@ func (ta *testAPI) sendStream(conn net.Conn) {
 // to the end: the content, and whether it ended with [DONE].
 func (ta *testAPI) streamOn(t *testing.T, conn net.Conn, br *bufio.Reader) (content string, done bool, usage map[string]any) {
 	t.Helper()
-	ta.sendStream(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := ta.streamHead(t, conn, br)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
@@ -195,11 +203,7 @@ func TestPolledStreamFlushesPerToken(t *testing.T) {
 	f := &fakeOllama{tokens: []string{"a", "b", "c", "d"}, delay: 200 * time.Millisecond}
 	ta := startPolledAPI(t, f, nil)
 	conn, br := dialAPI(t, ta)
-	ta.sendStream(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := ta.streamHead(t, conn, br)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	var seen []string
@@ -290,11 +294,7 @@ func TestPolledRuntimeBreaks(t *testing.T) {
 	f.breakAfter.Store(2)
 	ta := startPolledAPI(t, f, nil)
 	conn, br := dialAPI(t, ta)
-	ta.sendStream(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := ta.streamHead(t, conn, br)
 	events := readSSE(t, resp.Body)
 	resp.Body.Close()
 	var sawError bool
@@ -395,29 +395,7 @@ func TestPolledStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	ta := startPolledAPI(t, f, nil)
 	conn, br := dialAPI(t, ta)
 	ta.sendStream(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := bufio.NewReader(resp.Body)
-	if line, err := body.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("first SSE line %q, %v", line, err)
-	}
-	testutil.WaitFor(t, 10*time.Second, "the loop to relay the stream", func() bool { return ta.api.polled.Load() == 1 })
-	drained := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		drained <- ta.api.Drain(ctx)
-	}()
-	if evs := readSSE(t, body); evs[len(evs)-1].data != "[DONE]" {
-		t.Fatalf("stream did not finish: %v", evs)
-	}
-	if err := <-drained; err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a kept connection would wait for a request
-	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("after the stream: %d bytes, %v; want the connection closed", n, err)
-	}
+	drainDuringStream(t, ta, conn, br, func() {
+		testutil.WaitFor(t, 10*time.Second, "the loop to relay the stream", func() bool { return ta.api.polled.Load() == 1 })
+	})
 }

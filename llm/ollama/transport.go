@@ -193,7 +193,7 @@ func (to *loopTarget) appendPost(dst, body []byte) []byte {
 // building an http.Request. The answer's Body is a *loopBody.
 //
 // polled asks for a connection watched by the transport's loop, if it has
-// one: the stream then can be relayed from the loop's thread
+// one: the stream then can be relayed from the loop's goroutine
 // (llm.Pollable).
 func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte, polled bool) (*http.Response, error) {
 	bp := loopBufs.Get().(*[]byte)
