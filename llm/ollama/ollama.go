@@ -62,7 +62,7 @@ type Config struct {
 	OnStuck func(reason string) (restarting bool)
 	// Loop, if set, watches the connections of generations that ask for it
 	// (llm.Request.Polled) instead of Go's netpoller: their streams are
-	// llm.Pollable, relayed by the caller from the loop's thread. Only with
+	// llm.Pollable, relayed by the caller from the loop's goroutine. Only with
 	// the default transport.
 	Loop *evloop.Loop
 }
