@@ -204,3 +204,93 @@ func unhex(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// The last line of a chat answer, as encoding/json lays out
+// api.ChatResponse (the metrics are omitempty, so any may be missing):
+//
+//	{"model":"…","created_at":"…","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":…,"load_duration":…,"prompt_eval_count":…,"prompt_eval_duration":…,"eval_count":…,"eval_duration":…}
+//
+// One a stream, but encoding/json's reflection made it cost as much as a
+// dozen token lines; fastFinalLine takes it by hand on the same terms as
+// fastTokenLine: exactly this layout or encoding/json decides.
+const (
+	finalLineMessage = `","message":{"role":"assistant","content":""},"done_reason":"`
+	finalLineDone    = `","done":true`
+)
+
+// fastFinalLine decodes a final line into l. ok is false, and l untouched,
+// if line is not exactly such a line (an optional trailing '\n' aside):
+// another key, order or spacing, a number that is not a plain integer.
+func fastFinalLine(line []byte, l *chatLine) (ok bool) {
+	b := line
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+	}
+	if !hasPrefix(b, tokenLineModel) {
+		return false
+	}
+	i := len(tokenLineModel)
+	if i = skipPlainString(b, i); i < 0 || !hasPrefix(b[i:], tokenLineCreated) {
+		return false
+	}
+	if i = skipPlainString(b, i+len(tokenLineCreated)); i < 0 || !hasPrefix(b[i:], finalLineMessage) {
+		return false
+	}
+	start := i + len(finalLineMessage)
+	if i = skipPlainString(b, start); i < 0 || !utf8.Valid(b[start:i]) || !hasPrefix(b[i:], finalLineDone) {
+		return false
+	}
+	reason := b[start:i]
+	i += len(finalLineDone)
+	var prompt, eval int
+	for i < len(b) && b[i] == ',' {
+		var key string
+		switch {
+		case hasPrefix(b[i:], `,"prompt_eval_count":`):
+			key = "prompt_eval_count"
+		case hasPrefix(b[i:], `,"eval_count":`):
+			key = "eval_count"
+		case hasPrefix(b[i:], `,"total_duration":`):
+			key = "total_duration"
+		case hasPrefix(b[i:], `,"load_duration":`):
+			key = "load_duration"
+		case hasPrefix(b[i:], `,"prompt_eval_duration":`):
+			key = "prompt_eval_duration"
+		case hasPrefix(b[i:], `,"eval_duration":`):
+			key = "eval_duration"
+		default:
+			return false
+		}
+		i += len(key) + 4 // ,"key":
+		n, next := plainInt(b, i)
+		if next < 0 {
+			return false
+		}
+		switch key {
+		case "prompt_eval_count":
+			prompt = n
+		case "eval_count":
+			eval = n
+		}
+		i = next
+	}
+	if i != len(b)-1 || b[i] != '}' {
+		return false
+	}
+	*l = chatLine{Done: true, DoneReason: string(reason), PromptEvalCount: prompt, EvalCount: eval}
+	return true
+}
+
+// plainInt reads a non-negative JSON integer at b[i] (no sign, fraction,
+// exponent or leading zero, at most 18 digits so it cannot overflow) and
+// returns it with the index after it, or next < 0.
+func plainInt(b []byte, i int) (n, next int) {
+	start := i
+	for ; i < len(b) && b[i] >= '0' && b[i] <= '9'; i++ {
+		n = n*10 + int(b[i]-'0')
+	}
+	if d := i - start; d == 0 || d > 18 || d > 1 && b[start] == '0' {
+		return 0, -1
+	}
+	return n, i
+}

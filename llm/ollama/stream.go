@@ -217,6 +217,9 @@ func (s *stream) parse(line []byte) error {
 		s.line.Message.Content = content
 		return nil
 	}
+	if fastFinalLine(line, &s.line) {
+		return nil
+	}
 	if isBlank(line) {
 		return errBlank
 	}

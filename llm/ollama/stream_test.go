@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,20 @@ func responseLine(raw string) []byte {
 // reads it differently (or not at all).
 func checkFastLine(t *testing.T, line []byte) (accepted bool) {
 	t.Helper()
+	var final chatLine
+	if fastFinalLine(line, &final) {
+		var ref chatLine
+		if err := json.Unmarshal(line, &ref); err != nil {
+			t.Fatalf("final fast path accepted %q, encoding/json rejects it: %v", line, err)
+		}
+		if !reflect.DeepEqual(final, ref) {
+			t.Fatalf("line %q: final fast path %+v, encoding/json %+v", line, final, ref)
+		}
+		if _, ok := fastTokenLine(line); ok {
+			t.Fatalf("both fast paths accepted %q", line)
+		}
+		return true
+	}
 	content, ok := fastTokenLine(line)
 	if !ok {
 		return false
@@ -110,6 +125,7 @@ func FuzzDecodeLine(f *testing.F) {
 	for _, s := range []string{
 		string(tokenLine("Hello")), string(tokenLine(`\ud83d\ude00\u003c\n`)), "\xff\xfe",
 		`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done":true}`,
+		finalLine, ollamaFinalLine,
 		`a\"b`, `\ud83d\u0041`, `\ud800`, `\\u0041`, `\/\b\f`, "日本\xe6",
 	} {
 		f.Add([]byte(s))
@@ -118,6 +134,9 @@ func FuzzDecodeLine(f *testing.F) {
 		checkFastLine(t, in)
 		// The input as the content of a token line reaches the string
 		// decoding far more often than arbitrary lines do.
+		// And as the reason and a count of a final line.
+		checkFastLine(t, []byte(`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"`+string(in)+`","done":true}`))
+		checkFastLine(t, []byte(`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"eval_count":`+string(in)+`}`))
 		for _, line := range [][]byte{tokenLine(string(in)), responseLine(string(in))} {
 			accepted := checkFastLine(t, line)
 			var want string
@@ -372,5 +391,44 @@ func TestStreamThinking(t *testing.T) {
 	}
 	if reasoning.String() != "Let me think." || content.String() != "Hi" {
 		t.Fatalf("reasoning %q content %q", reasoning.String(), content.String())
+	}
+}
+
+// ollamaFinalLine is the last line of a chat answer as Ollama writes it.
+const ollamaFinalLine = `{"model":"hearth-tiny","created_at":"2026-11-29T04:40:26.339Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":15234567,"load_duration":1000000,"prompt_eval_count":31,"prompt_eval_duration":2000000,"eval_count":16,"eval_duration":12000000}` + "\n"
+
+func TestFastFinalLine(t *testing.T) {
+	head := `{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"length","done":true`
+	for _, c := range []struct {
+		line   string
+		want   chatLine // when taken
+		taken  bool
+		reason string
+	}{
+		{ollamaFinalLine, chatLine{Done: true, DoneReason: "stop", PromptEvalCount: 31, EvalCount: 16}, true, "Ollama's line"},
+		{head + `}`, chatLine{Done: true, DoneReason: "length"}, true, "no metrics (all omitempty)"},
+		{head + `,"eval_count":0,"eval_count":7}`, chatLine{Done: true, DoneReason: "length", EvalCount: 7}, true, "a repeated key: the last wins, as in encoding/json"},
+		{head + `,"eval_count":123456789012345678}`, chatLine{Done: true, DoneReason: "length", EvalCount: 123456789012345678}, true, "18 digits"},
+		{head + `,"eval_count":1234567890123456789}`, chatLine{}, false, "19 digits: left to encoding/json"},
+		{head + `,"eval_count":1.5}`, chatLine{}, false, "a fraction"},
+		{head + `,"eval_count":1e3}`, chatLine{}, false, "an exponent"},
+		{head + `,"eval_count":-1}`, chatLine{}, false, "a sign"},
+		{head + `,"eval_count":01}`, chatLine{}, false, "a leading zero"},
+		{head + `,"eval_count":}`, chatLine{}, false, "no number"},
+		{head + `,"eval_count": 3}`, chatLine{}, false, "a space"},
+		{head + `,"context":[1,2]}`, chatLine{}, false, "another key"},
+		{head + `,"eval_count":3`, chatLine{}, false, "unterminated"},
+		{head + `,"eval_count":3}}`, chatLine{}, false, "trailing bytes"},
+		{strings.Replace(head, `"content":""`, `"content":"x"`, 1) + `}`, chatLine{}, false, "content in the last line"},
+		{strings.Replace(head, `"length"`, `"le\"n"`, 1) + `}`, chatLine{}, false, "an escape in the reason"},
+		{strings.Replace(head, `"length"`, "\"\xff\"", 1) + `}`, chatLine{}, false, "invalid UTF-8 in the reason"},
+		{strings.Replace(head, `"done":true`, `"done":false`, 1) + `}`, chatLine{}, false, "not done"},
+	} {
+		var got chatLine
+		taken := fastFinalLine([]byte(c.line), &got)
+		if taken != c.taken || taken && !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s: taken %v %+v, want %v %+v", c.reason, taken, got, c.taken, c.want)
+		}
+		checkFastLine(t, []byte(c.line)) // agrees with encoding/json
 	}
 }
