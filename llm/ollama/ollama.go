@@ -25,12 +25,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ollama/ollama/api"
 
 	"github.com/hearthd/hearth/internal/evloop"
+	"github.com/hearthd/hearth/internal/jsonw"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -603,6 +605,14 @@ func errorMessage(resp *http.Response) string {
 
 // chatBody encodes req as an Ollama chat request.
 func (b *Backend) chatBody(req *llm.Request) ([]byte, error) {
+	if body, ok := b.plainChatBody(req); ok {
+		return body, nil
+	}
+	return b.encodeChatBody(req)
+}
+
+// encodeChatBody encodes any chat request through encoding/json.
+func (b *Backend) encodeChatBody(req *llm.Request) ([]byte, error) {
 	stream := true
 	cr := api.ChatRequest{
 		Model:     b.cfg.Model,
@@ -648,6 +658,105 @@ func (b *Backend) chatBody(req *llm.Request) ([]byte, error) {
 		return nil, fmt.Errorf("ollama: encode chat request: %w", err)
 	}
 	return body, nil
+}
+
+// plainChatBody encodes by hand what nearly every request is: messages of
+// text, no tools, no format. encoding/json's reflection over
+// api.ChatRequest (and the options map) was a third of the request's own
+// cost in hearthd; anything else goes through it. ok is false for a
+// request it does not cover. TestPlainChatBody holds both to the same JSON.
+func (b *Backend) plainChatBody(req *llm.Request) (body []byte, ok bool) {
+	if len(req.Tools) > 0 || len(req.Format) > 0 {
+		return nil, false
+	}
+	size := 160 + len(b.cfg.Model)
+	for _, m := range req.Messages {
+		if len(m.ToolCalls) > 0 {
+			return nil, false
+		}
+		size += 40 + len(m.Role) + len(m.Content) + len(m.ToolName)
+	}
+	o := &req.Options
+	w := make([]byte, 0, size)
+	w = append(w, `{"model":`...)
+	w = jsonw.AppendString(w, b.cfg.Model)
+	w = append(w, `,"messages":[`...)
+	for i, m := range req.Messages {
+		if i > 0 {
+			w = append(w, ',')
+		}
+		w = append(w, `{"role":`...)
+		w = jsonw.AppendString(w, m.Role)
+		w = append(w, `,"content":`...)
+		w = jsonw.AppendString(w, m.Content)
+		if m.Role == "tool" && m.ToolName != "" {
+			w = append(w, `,"tool_name":`...)
+			w = jsonw.AppendString(w, m.ToolName)
+		}
+		w = append(w, '}')
+	}
+	// keep_alive -1 is keepForever as api.Duration writes it.
+	w = append(w, `],"stream":true,"keep_alive":-1,"options":`...)
+	opts := len(w)
+	w = append(w, '{')
+	w = appendFloatOpt(w, "temperature", o.Temperature)
+	w = appendFloatOpt(w, "top_p", o.TopP)
+	if o.MaxTokens != nil {
+		w = strconv.AppendInt(appendKey(w, "num_predict"), int64(*o.MaxTokens), 10)
+	}
+	if o.Stop != nil {
+		w = append(appendKey(w, "stop"), '[')
+		for i, s := range o.Stop {
+			if i > 0 {
+				w = append(w, ',')
+			}
+			w = jsonw.AppendString(w, s)
+		}
+		w = append(w, ']')
+	}
+	if o.Seed != nil {
+		w = strconv.AppendInt(appendKey(w, "seed"), *o.Seed, 10)
+	}
+	w = appendFloatOpt(w, "presence_penalty", o.PresencePenalty)
+	w = appendFloatOpt(w, "frequency_penalty", o.FrequencyPenalty)
+	if o.TopK != nil {
+		w = strconv.AppendInt(appendKey(w, "top_k"), max(*o.TopK, 0), 10) // as options()
+	}
+	w = appendFloatOpt(w, "min_p", o.MinP)
+	w = appendFloatOpt(w, "repeat_penalty", o.RepetitionPenalty)
+	if len(w) == opts+1 {
+		w = append(w[:opts], "null"...) // options() gives nil: no option set
+	} else {
+		w = append(w, '}')
+	}
+	if o.Logprobs {
+		w = append(w, `,"logprobs":true`...)
+	}
+	if o.TopLogprobs != 0 {
+		w = strconv.AppendInt(append(w, `,"top_logprobs":`...), int64(o.TopLogprobs), 10)
+	}
+	if t := think(o.Think); t != nil {
+		w = strconv.AppendBool(append(w, `,"think":`...), *t)
+	}
+	return append(w, '}'), true
+}
+
+// appendKey appends "key": after a comma unless the object just opened.
+func appendKey(w []byte, key string) []byte {
+	if w[len(w)-1] != '{' {
+		w = append(w, ',')
+	}
+	w = append(append(append(w, '"'), key...), `":`...)
+	return w
+}
+
+// appendFloatOpt appends "key":v if v is set. The options were checked in
+// range when decoded, so v is finite.
+func appendFloatOpt(w []byte, key string, v *float64) []byte {
+	if v == nil {
+		return w
+	}
+	return strconv.AppendFloat(appendKey(w, key), *v, 'g', -1, 64)
 }
 
 // chatRequest is api.ChatRequest with the fields of current Ollama that the
