@@ -178,9 +178,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.failed.Store(true)
 			return 0, net.ErrClosed
 		}
-		n, err := unix.Read(c.fd, p)
+		n, err := Read(c.fd, p)
 		for err == unix.EINTR {
-			n, err = unix.Read(c.fd, p)
+			n, err = Read(c.fd, p)
 		}
 		c.release()
 		switch {
@@ -213,9 +213,9 @@ func (c *Conn) Write(p []byte) (int, error) {
 			c.failed.Store(true)
 			return written, net.ErrClosed
 		}
-		n, err := unix.Write(c.fd, p[written:])
+		n, err := Write(c.fd, p[written:])
 		for err == unix.EINTR {
-			n, err = unix.Write(c.fd, p[written:])
+			n, err = Write(c.fd, p[written:])
 		}
 		c.release()
 		if n > 0 {

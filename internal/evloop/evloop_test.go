@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hearthd/hearth/internal/testutil"
 )
 
@@ -231,4 +233,52 @@ func TestHandlerPanicKeepsTheLoop(t *testing.T) {
 	ran := make(chan struct{})
 	l.Post(func() { close(ran) })
 	within(t, ran, 5*time.Second, "function posted after a panic")
+}
+
+// A slot freed by Unwatch is reused under another ID: the old ID finds
+// nothing and forgetting it again leaves the new watch alone.
+func TestWatchIDsAreNotReused(t *testing.T) {
+	l := newLoop(t)
+	c, peer := testutil.TCPPair(t)
+	fd := fdOf(t, c)
+	seen := make(chan string, 4)
+	first, err := l.Watch(fd, unix.EPOLLIN, func(uint32) { seen <- "first" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Unwatch(fd, first)
+	second, err := l.Watch(fd, unix.EPOLLIN, func(uint32) { seen <- "second" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first || uint32(second) != uint32(first) {
+		t.Fatalf("IDs %#x then %#x: want the same slot under a new generation", first, second)
+	}
+	l.forget(first) // stale: must not drop the second watch
+	l.mu.Lock()
+	stale, live := l.handler(first), l.handler(second)
+	l.mu.Unlock()
+	if stale != nil || live == nil {
+		t.Fatalf("stale ID's handler %v (want nil), live ID's %v (want set)", stale != nil, live != nil)
+	}
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got := within(t, seen, 5*time.Second, "event after the slot's reuse"); got != "second" {
+		t.Fatalf("event went to the %s handler", got)
+	}
+	l.Unwatch(fd, second)
+}
+
+func fdOf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
