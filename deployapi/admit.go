@@ -68,7 +68,7 @@ func (a *API) admit(ctx *fasthttp.RequestCtx, decode func(s *served) (slots int,
 	if !ok {
 		return nil, false
 	}
-	n, e := a.decodeAside(s, decode)
+	n, e := a.decodeSafe(s, decode)
 	if e == nil && n > a.lim.maxSlots() {
 		// Its slots could never be granted together (limiter.acquireN).
 		e = &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "integer_above_max_value", Param: "n",
@@ -144,25 +144,18 @@ func (a *API) allowKey(ctx *fasthttp.RequestCtx, key apikeys.Key) bool {
 	return false
 }
 
-// decodeAside runs decode (the request's JSON) in a goroutine of its own
-// and waits for it. encoding/json's reflection takes the stack past 8 KiB;
-// in the connection's goroutine that would double its stack to 16 KiB for
-// as long as the connection lives, streams included, since the Go runtime
-// gives a stack back only at a GC, which a steady load of streams seldom
-// causes. The short-lived goroutine's stack is freed when it ends. It
-// costs a goroutine start and a hand-over per request (BENCHMARKS.md).
-func (a *API) decodeAside(s *served, decode func(s *served) (int, *openai.Error)) (n int, e *openai.Error) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			if v := recover(); v != nil { // recover.go
-				a.logPanic(recovered(v))
-				n, e = 0, openai.InternalError()
-			}
-		}()
-		n, e = decode(s)
+// decodeSafe runs decode (the request's JSON), a panic in it answered as
+// an internal error. It runs in the connection's goroutine: the hand-written
+// decoders keep that stack at 4 KiB, and the goroutine no longer carries a
+// stream (the relay has one of its own, or the event loop), so a goroutine
+// apart for the decode (which encoding/json's 8 KiB once called for) saves
+// nothing and costs a start and a stack growth per request.
+func (a *API) decodeSafe(s *served, decode func(s *served) (int, *openai.Error)) (n int, e *openai.Error) {
+	defer func() {
+		if v := recover(); v != nil { // recover.go
+			a.logPanic(recovered(v))
+			n, e = 0, openai.InternalError()
+		}
 	}()
-	<-done
-	return n, e
+	return decode(s)
 }

@@ -80,6 +80,7 @@ type API struct {
 	draining atomic.Bool
 	inflight sync.WaitGroup
 	kept     keptSet // connections handed back after a stream (hijack.go)
+	serving  *servePool
 
 	reqPrefix string
 	reqSeq    atomic.Uint64
@@ -107,6 +108,7 @@ func NewAPI(cfg APIConfig, rt llm.Runtime, keys Keys, m *metrics.Node, log *slog
 		lim:        newLimiter(cfg.MaxConcurrent, cfg.MaxConcurrentPerKey, cfg.MaxQueue),
 		base:       base,
 		cancelBase: cancel,
+		serving:    newServePool(servePoolIdle),
 		reqPrefix:  "req_" + hex.EncodeToString(rnd[:]),
 	}
 	a.gate.cur.Store(a.newServed(cfg.Model, rt))
@@ -209,10 +211,19 @@ func (a *API) Shutdown(srv *fasthttp.Server, timeout time.Duration) {
 	if err := <-shutdownDone; err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Warn("listener shutdown", "err", err)
 	}
+	a.serving.stop()
 }
 
 // Close ends every generation at once.
-func (a *API) Close() { a.cancelBase() }
+func (a *API) Close() {
+	a.cancelBase()
+	a.serving.stop()
+}
+
+// servePoolIdle is how long a goroutine of the pool that serves kept
+// connections waits for one before it ends: fasthttp's
+// MaxIdleWorkerDuration, for its own workers.
+const servePoolIdle = 10 * time.Second
 
 const APIPrefix = "/api/v1"
 

@@ -263,8 +263,10 @@ func (c *completion) observe() {
 // choice's end. It returns the runtime's error, if any.
 func (c *completion) collect(each func(i int, ev *llm.Event)) error {
 	defer c.stream.Close()
+	var ev llm.Event // one for the request, not one on the heap per token
 	for {
-		i, ev, err := c.stream.Recv()
+		i, e, err := c.stream.Recv()
+		ev = e
 		if err != nil {
 			if isEOF(err) {
 				break

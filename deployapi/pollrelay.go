@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -165,7 +166,7 @@ func (r *pollRelay) ready() {
 // is gone) ends the stream.
 func (r *pollRelay) flush() bool {
 	for len(r.pending) > 0 {
-		n, err := unix.Write(r.fd, r.pending)
+		n, err := evloop.Write(r.fd, r.pending)
 		switch {
 		case n > 0:
 			r.pending = r.pending[n:]
@@ -273,10 +274,10 @@ func (a *API) serveKept(srv *fasthttp.Server, next net.Conn) {
 		next.Close() // the drain began meanwhile
 		return
 	}
-	// A goroutine of its own, so that fasthttp releases this request's
-	// context now rather than when the connection closes.
-	go func() {
+	// Another goroutine (of the pool), so that fasthttp releases this
+	// request's context now rather than when the connection closes.
+	a.serving.run(func() {
 		_ = srv.ServeConn(next)
 		a.kept.remove(k)
-	}()
+	})
 }

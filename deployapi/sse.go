@@ -122,7 +122,8 @@ type sseBody struct {
 	off      int     // buf[off:] is not read yet (Read)
 	finished bool    // the end is in buf
 	closed   bool
-	live     int // choices not ended yet
+	live     int       // choices not ended yet
+	ev       llm.Event // the event fillFrom handles
 
 	deadline time.Time
 	once     sync.Once
@@ -201,7 +202,12 @@ func (b *sseBody) fillPolled() time.Time { return b.fillFrom(true) }
 func (b *sseBody) fillFrom(polled bool) time.Time {
 	c := b.c
 	for {
-		i, ev, err := c.stream.Recv()
+		// Into b.ev: a local would move to the heap (the sinks take its
+		// address through an interface), one allocation per token.
+		var i int
+		var err error
+		i, b.ev, err = c.stream.Recv()
+		ev := &b.ev
 		now := time.Now() // one clock read per event, for metrics and the write deadline
 		b.get()
 		if isEOF(err) {
@@ -218,10 +224,10 @@ func (b *sseBody) fillFrom(polled bool) time.Time {
 			b.finished = true
 			return now
 		}
-		c.seen(i, &ev, now)
-		b.buf = b.sink.event(b.buf, c, i, &ev)
+		c.seen(i, ev, now)
+		b.buf = b.sink.event(b.buf, c, i, ev)
 		if ev.Done {
-			c.end(i, ev)
+			c.end(i, *ev)
 			b.buf = b.sink.choiceEnd(b.buf, c, i)
 			if b.live--; b.live == 0 {
 				b.buf = b.sink.finish(b.buf, c)
