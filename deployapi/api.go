@@ -22,6 +22,7 @@ import (
 
 	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/internal/evloop"
+	"github.com/hearthd/hearth/internal/gopool"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -79,8 +80,11 @@ type API struct {
 	warm     atomic.Bool // the model is loaded; set once start-up finishes
 	draining atomic.Bool
 	inflight sync.WaitGroup
-	kept     keptSet // connections handed back after a stream (hijack.go)
-	serving  *servePool
+	kept     keptSet      // connections handed back after a stream (hijack.go)
+	serving  *gopool.Pool // serves kept connections (serveKept)
+	// readerField is where fasthttp's hijacked connection keeps its
+	// reader (keepAlive).
+	readerField readerField
 
 	reqPrefix string
 	reqSeq    atomic.Uint64
@@ -108,7 +112,7 @@ func NewAPI(cfg APIConfig, rt llm.Runtime, keys Keys, m *metrics.Node, log *slog
 		lim:        newLimiter(cfg.MaxConcurrent, cfg.MaxConcurrentPerKey, cfg.MaxQueue),
 		base:       base,
 		cancelBase: cancel,
-		serving:    newServePool(servePoolIdle),
+		serving:    gopool.New(servePoolIdle),
 		reqPrefix:  "req_" + hex.EncodeToString(rnd[:]),
 	}
 	a.gate.cur.Store(a.newServed(cfg.Model, rt))
@@ -211,18 +215,20 @@ func (a *API) Shutdown(srv *fasthttp.Server, timeout time.Duration) {
 	if err := <-shutdownDone; err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Warn("listener shutdown", "err", err)
 	}
-	a.serving.stop()
+	a.serving.Stop()
 }
 
 // Close ends every generation at once.
 func (a *API) Close() {
 	a.cancelBase()
-	a.serving.stop()
+	a.serving.Stop()
 }
 
 // servePoolIdle is how long a goroutine of the pool that serves kept
 // connections waits for one before it ends: fasthttp's
-// MaxIdleWorkerDuration, for its own workers.
+// MaxIdleWorkerDuration, for its own workers. A goroutine started per
+// connection handed back grew its stack three times over every request
+// (fasthttp's parse and the handler).
 const servePoolIdle = 10 * time.Second
 
 const APIPrefix = "/api/v1"

@@ -257,13 +257,14 @@ func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
 // out of that buffer first. This pins what keepAlive reads of fasthttp's
 // wrapper (readsFrom) to the fasthttp in go.mod.
 func TestKeepAliveUnwrapsTheHijackedConnection(t *testing.T) {
+	var rf readerField // the field found at the first stream, then kept
 	var mu sync.Mutex
 	var seen []string
 	srv := &fasthttp.Server{KeepHijackedConns: true, ReduceMemoryUsage: true, IdleTimeout: time.Minute, ReadTimeout: time.Minute}
 	srv.Handler = func(ctx *fasthttp.RequestCtx) {
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(hc net.Conn) {
-			next, err := keepAlive(hc, srv.IdleTimeout, srv.ReadTimeout)
+			next, err := keepAlive(&rf, hc, srv.IdleTimeout, srv.ReadTimeout)
 			k, ok := next.(*keptConn)
 			if err != nil || !ok {
 				t.Errorf("keepAlive gave %T, %v", next, err)
@@ -304,6 +305,11 @@ func TestKeepAliveUnwrapsTheHijackedConnection(t *testing.T) {
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Fatalf("connections handed back: %v, want %v", seen, want)
 	}
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	if rf.typ == nil || rf.idx < 0 {
+		t.Fatalf("fasthttp's hijacked connection %v has no reader field r: keepAlive reads every stream's next request to find out", rf.typ)
+	}
 }
 
 // deadlineConn records the read deadlines set on it.
@@ -330,7 +336,7 @@ func (d *deadlineConn) Read(p []byte) (int, error) {
 // arrives, the server's deadlines apply unchanged.
 func TestKeptConnectionWaitsTheIdleTimeout(t *testing.T) {
 	d := &deadlineConn{data: "GET"}
-	kc, err := keepAlive(d, time.Hour, time.Second)
+	kc, err := keepAlive(nil, d, time.Hour, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +363,7 @@ func TestKeptConnectionWaitsTheIdleTimeout(t *testing.T) {
 		t.Fatalf("deadline once the request arrives: %v, want the server's %v", d.deadlines[2], readTimeout)
 	}
 	k.pending = []byte("rest")
-	again, err := keepAlive(k, time.Hour, 0)
+	again, err := keepAlive(nil, k, time.Hour, 0)
 	if err != nil || again.(*keptConn).Conn != d || string(again.(*keptConn).pending) != "rest" {
 		t.Fatalf("a kept connection handed back again: %#v, %v; want it unwrapped, its bytes kept", again, err)
 	}

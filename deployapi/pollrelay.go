@@ -84,7 +84,7 @@ func (a *API) startPollRelay(hc net.Conn, b *sseBody, srv *fasthttp.Server) bool
 	// lives: before this function returns. The loop ignores the stream
 	// until start runs in its goroutine (ready before that is a no-op: start
 	// reads what came meanwhile).
-	if next, err := keepAlive(hc, srv.IdleTimeout, srv.ReadTimeout); err == nil {
+	if next, err := keepAlive(&a.readerField, hc, srv.IdleTimeout, srv.ReadTimeout); err == nil {
 		r.next = next
 	}
 	if !a.cfg.Loop.Post(r.start) {
@@ -276,7 +276,7 @@ func (a *API) serveKept(srv *fasthttp.Server, next net.Conn) {
 	}
 	// Another goroutine (of the pool), so that fasthttp releases this
 	// request's context now rather than when the connection closes.
-	a.serving.run(func() {
+	a.serving.Go(func() {
 		_ = srv.ServeConn(next)
 		a.kept.remove(k)
 	})

@@ -84,6 +84,9 @@ func newBackend(t *testing.T, url string, mod func(*Config)) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Ends the pooled goroutines: a synctest bubble must not end with one
+	// waiting.
+	t.Cleanup(b.CloseIdleConnections)
 	return b
 }
 

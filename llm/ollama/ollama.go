@@ -32,6 +32,7 @@ import (
 	"github.com/ollama/ollama/api"
 
 	"github.com/hearthd/hearth/internal/evloop"
+	"github.com/hearthd/hearth/internal/gopool"
 	"github.com/hearthd/hearth/internal/jsonw"
 	"github.com/hearthd/hearth/llm"
 )
@@ -112,6 +113,10 @@ type Backend struct {
 	log           *slog.Logger
 	// watch is shared with the backends WithModel returns: one runtime.
 	watch *stallWatch
+	// firsts runs each generation's request up to its first line (shared
+	// too): a goroutine started per request grew its stack on that path
+	// every time.
+	firsts *gopool.Pool
 }
 
 // New returns a Backend for cfg.
@@ -158,6 +163,7 @@ func New(cfg Config) (*Backend, error) {
 		hc:      hc,
 		api:     api.NewClient(u, hc),
 		log:     log,
+		firsts:  gopool.New(firstsIdle),
 	}
 	b.watch = newStallWatch(cfg.FirstByteTimeout, b.abandonWait(), cfg.OnStuck, log.With("runtime", base))
 	if lt != nil {
@@ -184,8 +190,16 @@ func (b *Backend) WithModel(model string) *Backend {
 }
 
 // CloseIdleConnections closes the connections to the runtime kept for
-// reuse; the daemon calls it at shutdown so that none outlives it.
-func (b *Backend) CloseIdleConnections() { b.hc.CloseIdleConnections() }
+// reuse and ends the goroutines waiting for a request; the daemon calls it
+// at shutdown so that none outlives it.
+func (b *Backend) CloseIdleConnections() {
+	b.hc.CloseIdleConnections()
+	b.firsts.Stop()
+}
+
+// firstsIdle is how long a goroutine of Backend.firsts waits for another
+// request before it ends.
+const firstsIdle = 10 * time.Second
 
 // loopbackTransport is an HTTP transport for an Ollama on the same host.
 func loopbackTransport(maxConns int) *http.Transport {
@@ -467,7 +481,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 
 	// first reads the answer's first line; it sends its result once.
 	first := make(chan error, 1)
-	go func() {
+	b.firsts.Go(func() {
 		resp, err := send()
 		if err != nil {
 			first <- b.unreachable(err)
@@ -495,7 +509,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 		}
 		b.watch.answered(g)
 		first <- nil
-	}()
+	})
 
 	var timeout <-chan time.Time
 	if b.cfg.FirstByteTimeout > 0 {
