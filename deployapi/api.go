@@ -216,12 +216,14 @@ func (a *API) Shutdown(srv *fasthttp.Server, timeout time.Duration) {
 		a.log.Warn("listener shutdown", "err", err)
 	}
 	a.serving.Stop()
+	a.peers.close()
 }
 
 // Close ends every generation at once.
 func (a *API) Close() {
 	a.cancelBase()
 	a.serving.Stop()
+	a.peers.close()
 }
 
 // servePoolIdle is how long a goroutine of the pool that serves kept

@@ -90,8 +90,10 @@ func rawConn(c net.Conn) syscall.RawConn {
 // one goroutine, instead of one goroutine per request (watchPeerClose): an
 // epoll instance of its own holds the sockets (EPOLLRDHUP, one shot) and
 // sits in Go's netpoller, so the goroutine parks like any network read and
-// runs only when a client goes. The goroutine ends when nothing is watched.
-// With thousands of streams that is a goroutine stack per stream saved.
+// runs only when a client goes. With thousands of streams that is a
+// goroutine stack per stream saved. The goroutine stays parked while
+// nothing is watched (ending it then cost a wake-up, an exit and a new
+// goroutine per request at one stream) and ends at close.
 //
 // The kernel reports EPOLLRDHUP for the FIN even with unread data queued,
 // and EPOLLHUP/EPOLLERR for a reset, so a pipelined request or a TLS alert
@@ -104,6 +106,7 @@ type peerWatcher struct {
 	active  map[uint32]func()
 	next    uint32
 	running bool
+	closing bool  // close was called: the goroutine ends once nothing is watched
 	err     error // setting up failed: watch falls back to watchPeerClose
 }
 
@@ -174,14 +177,30 @@ func (w *peerWatcher) watch(conn net.Conn, onClose func()) (stop func()) {
 		w.mu.Lock()
 		delete(w.active, id)
 		_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
-		idle := len(w.active) == 0
+		end := len(w.active) == 0 && w.closing
 		w.mu.Unlock()
-		if idle {
-			var one [8]byte
-			one[0] = 1 // native endianness: amd64 and arm64 are little-endian
-			_, _ = unix.Write(w.wake, one[:])
+		if end {
+			w.wakeLoop()
 		}
 	}
+}
+
+// close ends the goroutine once nothing is watched (now, if nothing is).
+// A watch after close starts it again, to end at its stop.
+func (w *peerWatcher) close() {
+	w.mu.Lock()
+	w.closing = true
+	wake := w.running
+	w.mu.Unlock()
+	if wake {
+		w.wakeLoop()
+	}
+}
+
+func (w *peerWatcher) wakeLoop() {
+	var one [8]byte
+	one[0] = 1 // native endianness: amd64 and arm64 are little-endian
+	_, _ = unix.Write(w.wake, one[:])
 }
 
 // nextID returns an id no active watch has; w.mu is held.
@@ -232,7 +251,7 @@ func (w *peerWatcher) loop() {
 			f()
 		}
 		w.mu.Lock()
-		if err != nil || len(w.active) == 0 {
+		if err != nil || len(w.active) == 0 && w.closing {
 			w.running = false
 			w.mu.Unlock()
 			return

@@ -45,31 +45,49 @@ func TestPeerWatcherSeesTheClientGo(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a close behind unread bytes was not noticed")
 	}
-	// A stopped watch calls nothing, and the loop ends once nothing is
-	// watched.
+	// A stopped watch calls nothing; the loop stays (parked) while
+	// nothing is watched, and a later watch is served by it.
 	stops[2]()
 	clients[2].Close()
 	for _, stop := range stops[:2] {
 		stop()
 	}
-	testutil.WaitFor(t, 10*time.Second, "the idle watch loop to end", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return !w.running
-	})
 	select {
 	case <-closed[2]:
 		t.Fatal("a stopped watch called its callback")
 	default:
 	}
-	// It starts again for the next watch.
+	running := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running
+	}
+	if !running() {
+		t.Fatal("the watch loop ended while the watcher is open")
+	}
 	c, s := tcpPair(t)
 	again := make(chan struct{})
-	defer w.watch(s, func() { close(again) })()
+	stopAgain := w.watch(s, func() { close(again) })
 	c.Close()
 	select {
 	case <-again:
 	case <-time.After(10 * time.Second):
 		t.Fatal("a watch after an idle spell was not noticed")
 	}
+	stopAgain()
+	// close ends the loop once nothing is watched; a watch after it
+	// starts the loop again, which ends at the watch's stop.
+	w.close()
+	testutil.WaitFor(t, 10*time.Second, "the watch loop to end at close", func() bool { return !running() })
+	c, s = tcpPair(t)
+	last := make(chan struct{})
+	stopLast := w.watch(s, func() { close(last) })
+	c.Close()
+	select {
+	case <-last:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watch after close was not noticed")
+	}
+	stopLast()
+	testutil.WaitFor(t, 10*time.Second, "the watch loop to end after the last stop", func() bool { return !running() })
 }
