@@ -9,6 +9,11 @@ import (
 )
 
 // answers asks for one token of the tiny model within timeout.
+// Answers reports whether the instance generates one token within
+// timeout, asked directly (not through hearth): a test tells a runtime
+// that answers nobody from one that fails only hearth's client.
+func (i *Instance) Answers(timeout time.Duration) error { return i.answers(timeout) }
+
 func (i *Instance) answers(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -73,10 +73,24 @@ func testRealCancelStopsGeneration(t *testing.T, inst *ollamatest.Instance) {
 			t.Logf("%d tokens before the stop", e.tokens)
 		})
 	}
-	// The runner is still usable after the stops.
-	_, final := generate(t, b, llm.Options{MaxTokens: ptr(5)})
-	if final.CompletionTokens != 5 {
-		t.Fatalf("after cancellation: %+v", final)
+	// The runner is still usable after the stops, unless Ollama itself lost
+	// a parallel slot (ollama/ollama#17131: a client leaving a stream at the
+	// wrong moment does it, on both versions). Then it answers no one, not
+	// even a request of its own, and the next test's Get restarts it; a
+	// runtime that answers directly but not through the backend fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := b.Chat(ctx, &llm.Request{Messages: userSays("tell me a story"), Options: llm.Options{MaxTokens: ptr(5)}})
+	if err != nil {
+		if direct := inst.Answers(10 * time.Second); direct != nil {
+			t.Logf("after the stops Ollama answers no one (through the backend: %v; directly: %v): it lost a slot, ollama/ollama#17131", err, direct)
+			return
+		}
+		t.Fatalf("after cancellation: %v, though Ollama answers a request of its own", err)
+	}
+	defer s.Close()
+	if r := collect(s); r.err != nil || r.final.CompletionTokens != 5 {
+		t.Fatalf("after cancellation: %+v, %v", r.final, r.err)
 	}
 }
 

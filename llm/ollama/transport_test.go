@@ -122,11 +122,12 @@ func TestLoopTransportReusesAConnectionReadToTheEnd(t *testing.T) {
 
 func TestLoopTransportCloseStopsTheRequestOnTheServer(t *testing.T) {
 	cancelled := make(chan struct{})
+	var once sync.Once // the second request is stopped the same way
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done() // a generation that goes on until stopped
-		close(cancelled)
+		once.Do(func() { close(cancelled) })
 	}))
 	conns := connCounter(srv)
 	srv.Start()
