@@ -5,9 +5,11 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -360,6 +362,11 @@ func newChatSink(enc *openai.ChunkEncoder, n int, includeUsage, logprobs bool) *
 	k := &chatSink{logprobs: logprobs}
 	k.init(enc, n, includeUsage)
 	return k
+}
+
+// cacheLines appends the lines event reads for a stream of one choice.
+func (k *chatSink) cacheLines(dst []unsafe.Pointer) []unsafe.Pointer {
+	return k.enc.CacheLines(cacheline.Of(dst, k))
 }
 
 func (k *chatSink) begin(dst []byte) []byte {

@@ -4,10 +4,12 @@ import (
 	"net"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sys/unix"
 
+	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
@@ -77,7 +79,7 @@ func (a *API) startPollRelay(hc net.Conn, b *sseBody, srv *fasthttp.Server) bool
 		return false
 	}
 	r := &pollRelay{a: a, b: b, p: p, srv: srv, conn: conn, fd: fd}
-	if !p.Poll(r.ready) {
+	if !p.Poll(r.ready, r.cacheLines()...) {
 		return false
 	}
 	// What fasthttp's hijacked connection buffered must be read while it
@@ -96,6 +98,23 @@ func (a *API) startPollRelay(hc net.Conn, b *sseBody, srv *fasthttp.Server) bool
 	}
 	a.polled.Add(1)
 	return true
+}
+
+// cacheLines are the objects ready reads at every token, for the loop to
+// load before it calls ready (evloop.Loop.SetHot); the runtime's stream adds
+// its own.
+func (r *pollRelay) cacheLines() []unsafe.Pointer {
+	hot := make([]unsafe.Pointer, 0, 64)
+	hot = cacheline.Of(hot, r)
+	hot = cacheline.Of(hot, r.b)
+	hot = cacheline.Of(hot, r.b.c)
+	if sg, ok := r.b.c.stream.(*single); ok {
+		hot = cacheline.Of(hot, sg)
+	}
+	if k, ok := r.b.sink.(*chatSink); ok {
+		hot = k.cacheLines(hot)
+	}
+	return hot
 }
 
 // socketFD is c's descriptor, if it is a socket (not TLS). It stays c's:

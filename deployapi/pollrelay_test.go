@@ -16,10 +16,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/ollama"
+	"github.com/hearthd/hearth/openai"
 )
 
 // fakeOllama answers /api/chat with an NDJSON stream as Ollama writes it
@@ -398,4 +400,29 @@ func TestPolledStreamClosesItsConnectionWhenDraining(t *testing.T) {
 	drainDuringStream(t, ta, conn, br, func() {
 		testutil.WaitFor(t, 10*time.Second, "the loop to relay the stream", func() bool { return ta.api.polled.Load() == 1 })
 	})
+}
+
+// A polled chat stream names for the loop what its handler reads at every
+// token: the relay, its body, the completion, the stream, the sink, and
+// the encoder with the prefix and suffix it copies.
+func TestPollRelayCacheLines(t *testing.T) {
+	enc := openai.NewChunkEncoder("chatcmpl-1", 1, "m", "fp", false)
+	k := newChatSink(enc, 1, false, false)
+	c := &completion{}
+	c.choices = c.one[:]
+	sg := &single{}
+	c.stream = sg
+	r := &pollRelay{b: &sseBody{c: c, sink: k}}
+	lines := map[unsafe.Pointer]bool{}
+	for _, p := range r.cacheLines() {
+		lines[p] = true
+	}
+	for what, p := range map[string]unsafe.Pointer{
+		"relay": unsafe.Pointer(r), "body": unsafe.Pointer(r.b), "completion": unsafe.Pointer(c),
+		"stream": unsafe.Pointer(sg), "sink": unsafe.Pointer(k), "encoder": unsafe.Pointer(enc),
+	} {
+		if !lines[p] {
+			t.Errorf("the %s is not among the hot lines", what)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"unsafe"
 )
 
 // Runtime is the one interface the daemon streams from.
@@ -140,7 +141,10 @@ type Pollable interface {
 	// if this stream cannot be polled. After Poll, Recv and Buffered may
 	// only be called on the loop's goroutine, and Recv only after Ready
 	// reported PollReady.
-	Poll(ready func()) bool
+	//
+	// hot are the cache lines ready reads at every call, which the loop
+	// loads together before it calls ready (evloop.Loop.SetHot).
+	Poll(ready func(), hot ...unsafe.Pointer) bool
 	// Ready takes what the runtime has sent, without waiting, and reports
 	// whether Recv now returns without waiting (PollReady), the stream must
 	// wait for ready's next call (PollWait), or it can only go on by

@@ -10,8 +10,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hearthd/hearth/internal/cacheline"
 )
 
 // ErrWouldBlock is what Read and Write return in polled mode (Poll) when
@@ -122,12 +125,24 @@ func notify(ch chan struct{}) {
 // writable, or c was closed. A nil h switches back to blocking mode. Call it
 // from the loop's goroutine, or while nothing reads or writes c: the handler
 // and blocking reads must not overlap.
-func (c *Conn) Poll(h func()) {
+//
+// hot are the cache lines h reads at every call (cacheline.Of), which the
+// loop loads with c's own before it calls h (Loop.SetHot); they stay
+// referenced until the next Poll.
+func (c *Conn) Poll(h func(), hot ...unsafe.Pointer) {
 	if h == nil {
 		c.polled.Store(nil)
+		c.l.SetHot(c.id, nil)
 		return
 	}
 	c.polled.Store(&h)
+	// c, the box polled points to, and h's closure (a func value is a
+	// pointer to it) are what ready reads before it calls h.
+	var buf [hotMax]unsafe.Pointer
+	all := cacheline.Of(buf[:0], c)
+	all = append(all, unsafe.Pointer(&h), *(*unsafe.Pointer)(unsafe.Pointer(&h)))
+	all = append(all, hot...)
+	c.l.SetHot(c.id, all)
 }
 
 // Edge counts the events the loop delivered for c. A polled reader that

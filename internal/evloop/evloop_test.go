@@ -7,9 +7,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/internal/testutil"
 )
 
@@ -281,4 +283,76 @@ func fdOf(t *testing.T, c net.Conn) int {
 		t.Fatal(err)
 	}
 	return fd
+}
+
+// The loop loads a watch's hot lines before its handler runs (what it
+// loaded shows in touched), keeps at most hotMax, and forgets them at
+// Unwatch; a Conn names its own lines, then its handler's, then the
+// caller's, and Poll(nil) clears them.
+func TestHotLines(t *testing.T) {
+	l := newLoop(t)
+	c, peer := testutil.TCPPair(t)
+	fd := fdOf(t, c)
+	a, b := &[64]byte{0: 3}, &[64]byte{0: 4}
+	touched := make(chan byte, 4)
+	id, err := l.Watch(fd, unix.EPOLLIN, func(uint32) { touched <- l.touched })
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetHot(id, []unsafe.Pointer{unsafe.Pointer(a), unsafe.Pointer(b)})
+	before := make(chan byte, 1)
+	l.Post(func() { before <- l.touched })
+	was := within(t, before, 5*time.Second, "posted")
+	if _, err := peer.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if got := within(t, touched, 5*time.Second, "event") - was; got != 3+4 {
+		t.Fatalf("loaded bytes summing to %d before the handler, want 7 (both hot lines)", got)
+	}
+
+	many := make([]unsafe.Pointer, hotMax+6)
+	for i := range many {
+		many[i] = unsafe.Pointer(&make([]byte, 1)[0])
+	}
+	l.SetHot(id, many)
+	hot := hotOf(l, id)
+	if len(hot) != hotMax || hot[0] != many[0] || hot[hotMax-1] != many[hotMax-1] {
+		t.Fatalf("%d lines set: kept %d, want the first %d", len(many), len(hot), hotMax)
+	}
+	l.SetHot(id, many[:1])
+	if hot := hotOf(l, id); len(hot) != 1 {
+		t.Fatalf("set again with 1 line: %d kept", len(hot))
+	}
+	l.Unwatch(fd, id)
+	if slot := uint32(id); l.watches[slot].hot[0] != nil {
+		t.Fatal("Unwatch left the slot's hot lines referenced")
+	}
+
+	pc, _ := pair(t, l)
+	h := func() {}
+	pc.Poll(h, unsafe.Pointer(a))
+	hot = hotOf(l, pc.id)
+	own := cacheline.Of(nil, pc)
+	if want := len(own) + 3; len(hot) != want || hot[0] != unsafe.Pointer(pc) || hot[len(hot)-1] != unsafe.Pointer(a) {
+		t.Fatalf("Conn.Poll's hot lines: %d, want %d: the Conn's %d, the handler's 2, the caller's 1", len(hot), want, len(own))
+	}
+	pc.Poll(nil)
+	if hot := hotOf(l, pc.id); len(hot) != 0 {
+		t.Fatalf("Poll(nil) left %d hot lines", len(hot))
+	}
+}
+
+// hotOf is id's hot lines, up to the first nil.
+func hotOf(l *Loop, id uint64) []unsafe.Pointer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.watches[uint32(id)]
+	if w.gen != uint32(id>>32) {
+		return nil
+	}
+	n := 0
+	for n < hotMax && w.hot[n] != nil {
+		n++
+	}
+	return append([]unsafe.Pointer(nil), w.hot[:n]...)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+	"unsafe"
 )
 
 // nopConn is a connection whose Close does nothing, for bodies read from
@@ -369,5 +370,32 @@ func TestReadHeadFallsBack(t *testing.T) {
 				t.Fatalf("readHead %d close=%v cl=%d; net/http %d close=%v cl=%d:\n%q", got.StatusCode, got.Close, got.ContentLength, want.StatusCode, want.Close, want.ContentLength, raw)
 			}
 		}
+	}
+}
+
+// bufStart names where a Reader reads to: after the bytes are consumed and
+// more come, they are at that address again (the slide a polled stream's
+// hot lines count on).
+func TestBufStart(t *testing.T) {
+	pr, pw := io.Pipe()
+	br := bufio.NewReaderSize(pr, loopReadBufferSize)
+	start := bufStart(br)
+	if start == nil {
+		t.Fatal("no start")
+	}
+	go func() {
+		pw.Write([]byte("first line\n"))
+		pw.Write([]byte("second\n"))
+		pw.Close()
+	}()
+	for _, want := range []string{"first line\n", "second\n"} {
+		b, err := br.Peek(len(want))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != want || unsafe.Pointer(unsafe.SliceData(b)) != start {
+			t.Fatalf("%q read to %p, want %q at the buffer's start %p", b, unsafe.SliceData(b), want, start)
+		}
+		br.Discard(len(b))
 	}
 }

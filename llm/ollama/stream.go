@@ -13,7 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
+	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
@@ -465,14 +467,20 @@ var _ llm.Pollable = (*stream)(nil)
 
 // Poll implements llm.Pollable: a stream whose connection the transport's
 // loop watches (a polled post) can be.
-func (s *stream) Poll(ready func()) bool {
+func (s *stream) Poll(ready func(), hot ...unsafe.Pointer) bool {
 	lb, ok := s.lines.(*loopBody)
 	if !ok || lb.pc.pc == nil || s.pc != nil {
 		return false
 	}
 	s.pc = lb.pc.pc
 	s.drainedAt = ^uint64(0)
-	s.pc.Poll(ready)
+	// What Ready and Recv read at every token.
+	hot = cacheline.Of(hot, s)
+	hot = cacheline.Of(hot, lb)
+	hot = cacheline.Of(hot, lb.pc)
+	hot = cacheline.Of(hot, lb.br)
+	hot = cacheline.Span(hot, lb.pc.buf, readHot)
+	s.pc.Poll(ready, hot...)
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/hearthd/hearth/internal/evloop"
 )
@@ -74,7 +75,16 @@ type loopConn struct {
 	host string
 	// pc is c when the loop watches it (a polled connection).
 	pc *evloop.Conn
+	// buf is the start of br's buffer: a read slides what is left of the
+	// last one there first, so a stream's tokens are read from its first
+	// lines (readHot of them are the event loop's hot lines).
+	buf unsafe.Pointer
 }
+
+// readHot is how many bytes at the start of a polled connection's read
+// buffer its stream reads at every token: a token's line and its chunk
+// framing are ~130 bytes.
+const readHot = 256
 
 // Requests are written from pooled buffers, held only while a request is
 // written: RoundTrip's bufio.Writer, post's byte slice.
@@ -272,7 +282,15 @@ func (t *loopTransport) get(ctx context.Context, host string, polled bool) (pc *
 		}
 		c = lc
 	}
-	return &loopConn{c: c, br: bufio.NewReaderSize(c, loopReadBufferSize), host: host, pc: lc}, false, nil
+	br := bufio.NewReaderSize(c, loopReadBufferSize)
+	return &loopConn{c: c, br: br, host: host, pc: lc, buf: bufStart(br)}, false, nil
+}
+
+// bufStart is the start of a new Reader's buffer: its Peek(0) is an empty
+// slice of it from the start (bufio has no other way to name it).
+func bufStart(br *bufio.Reader) unsafe.Pointer {
+	head, _ := br.Peek(0)
+	return unsafe.Pointer(unsafe.SliceData(head))
 }
 
 // put returns a connection whose last answer was read to the end.
