@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hearthd/hearth/internal/testutil"
 )
 
@@ -90,4 +92,60 @@ func TestPeerWatcherSeesTheClientGo(t *testing.T) {
 	}
 	stopLast()
 	testutil.WaitFor(t, 10*time.Second, "the watch loop to end after the last stop", func() bool { return !running() })
+}
+
+// A kept connection's socket stays in the watcher's epoll instance between
+// requests: the next request's watch re-arms it, a stopped watch's
+// callback never runs, and the close is still seen.
+func TestPeerWatchRearmsAKeptConnection(t *testing.T) {
+	var w peerWatcher
+	defer w.close()
+	c, s := tcpPair(t)
+	first := make(chan struct{})
+	w.watch(s, func() { close(first) })() // a request that ended
+	fd := fdOf(t, s)
+	// Still in ep: adding it again is refused.
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLRDHUP}); err != unix.EEXIST {
+		t.Fatalf("adding the socket again after the watch stopped: %v, want EEXIST (it stays in ep)", err)
+	}
+	second := make(chan struct{})
+	stop := w.watch(s, func() { close(second) })
+	defer stop()
+	c.Close()
+	select {
+	case <-second:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the re-armed watch did not see the close")
+	}
+	select {
+	case <-first:
+		t.Fatal("the stopped watch's callback ran")
+	default:
+	}
+	// Closed, the socket left ep with it; a new one under the same number
+	// is added afresh.
+	s.Close()
+	c2, s2 := tcpPair(t)
+	third := make(chan struct{})
+	stop3 := w.watch(s2, func() { close(third) })
+	defer stop3()
+	c2.Close()
+	select {
+	case <-third:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a new connection's watch did not see its close")
+	}
+}
+
+func fdOf(t *testing.T, c net.Conn) int {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
+		t.Fatal(err)
+	}
+	return fd
 }
