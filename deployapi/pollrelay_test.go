@@ -31,6 +31,11 @@ type fakeOllama struct {
 	delay  time.Duration // before each token after the first
 	// breakAfter, if > 0, cuts the connection after that many tokens.
 	breakAfter atomic.Int32
+	// dieAt, if > 0, holds token dieAt until die closes, then sends it and
+	// cuts the connection at once, and closes died: the token and the end
+	// arrive together.
+	dieAt     int
+	die, died chan struct{}
 
 	conns     atomic.Int64  // connections accepted
 	cancelled chan struct{} // a stream's client went away, one per stream
@@ -57,6 +62,17 @@ func (f *fakeOllama) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				f.cancelled <- struct{}{}
 				return
 			}
+		}
+		if f.dieAt > 0 && i == f.dieAt {
+			<-f.die
+			content, _ := json.Marshal(tok)
+			fmt.Fprintf(w, `{"model":"%s","message":{"role":"assistant","content":%s},"done":false}`+"\n", testModel, content)
+			fl.Flush()
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				c.Close()
+			}
+			close(f.died)
+			return
 		}
 		if b := int(f.breakAfter.Load()); b > 0 && i == b {
 			c, _, err := http.NewResponseController(w).Hijack()
@@ -171,6 +187,69 @@ func dialAPI(t *testing.T, ta *testAPI) (net.Conn, *bufio.Reader) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn, bufio.NewReader(conn)
+}
+
+// A runtime whose last bytes and close arrive together, in one event of
+// the loop (edge-triggered: no other event follows), still ends the
+// stream: the read that takes the bytes is short, and without the close in
+// the event's flags the stream would wait for an edge that never comes.
+func TestPolledRuntimeDiesWithItsLastBytes(t *testing.T) {
+	f := &fakeOllama{tokens: []string{"a", "b", "c"}, dieAt: 1, die: make(chan struct{}), died: make(chan struct{})}
+	var loop *evloop.Loop
+	ta := startPolledAPI(t, f, func(c *APIConfig) { loop = c.Loop })
+	conn, br := dialAPI(t, ta)
+	resp := ta.streamHead(t, conn, br)
+	defer resp.Body.Close()
+	events := make(chan sseEvent, 16)
+	go func() {
+		defer close(events)
+		rd := bufio.NewReader(resp.Body)
+		for {
+			line, err := rd.ReadString('\n')
+			if data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: "); ok {
+				events <- sseEvent{data: data}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// The first token is through: the stream waits on the loop.
+	for e := range events {
+		if strings.Contains(e.data, `"content":"a"`) {
+			break
+		}
+	}
+	// Hold the loop while the runtime sends its token and closes, so
+	// that both are in the socket when the loop looks.
+	held, release := make(chan struct{}), make(chan struct{})
+	loop.Post(func() { close(held); <-release })
+	<-held
+	close(f.die)
+	<-f.died
+	time.Sleep(50 * time.Millisecond) // loopback delivers the FIN at once; this is slack
+	close(release)
+	var rest []string
+	timeout := time.After(10 * time.Second) // a bound for a broken build
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				t.Fatalf("stream ended without [DONE]: %q", rest)
+			}
+			rest = append(rest, e.data)
+			if e.data != "[DONE]" {
+				continue
+			}
+			all := strings.Join(rest, "\n")
+			if !strings.Contains(all, `"content":"b"`) || !strings.Contains(all, `"error"`) {
+				t.Fatalf("after the runtime died: %q, want the token b, an error, then [DONE]", rest)
+			}
+			return
+		case <-timeout:
+			t.Fatalf("the stream did not end after the runtime closed; got %q", rest)
+		}
+	}
 }
 
 // Streams relayed from the loop carry every token and the usage, keep the

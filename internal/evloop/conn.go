@@ -46,6 +46,7 @@ type Conn struct {
 	failed atomic.Bool            // a read or write failed for good (not ErrWouldBlock)
 
 	edges uint64 // events the loop delivered; only in its goroutine
+	hup   bool   // an event said the peer closed or the socket failed; only in the loop's goroutine
 
 	rd, wr chan struct{} // blocking mode: the loop's word, one pending at most
 	gone   chan struct{} // closed by Close
@@ -101,6 +102,9 @@ func (l *Loop) Detach(c net.Conn) (*Conn, error) {
 // ready is the loop's handler of the socket's events.
 func (c *Conn) ready(events uint32) {
 	c.edges++
+	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		c.hup = true
+	}
 	if h := c.polled.Load(); h != nil {
 		(*h)()
 		return
@@ -150,6 +154,13 @@ func (c *Conn) Poll(h func(), hot ...unsafe.Pointer) {
 // (edge-triggered, the loop delivers an event when more arrives) another
 // read would find it empty. On the loop's goroutine only.
 func (c *Conn) Edge() uint64 { return c.edges }
+
+// HungUp reports whether an event the loop delivered said that the peer
+// closed its end, or that the socket failed. A short read then does not
+// mean that the socket is empty: the close is still to be read, and no
+// other event will say so (edge-triggered: the bytes and the close may
+// come in one event). On the loop's goroutine only.
+func (c *Conn) HungUp() bool { return c.hup }
 
 // Loop is the loop watching c.
 func (c *Conn) Loop() *Loop { return c.l }

@@ -515,7 +515,10 @@ func (s *stream) Ready() llm.PollState {
 			return llm.PollBlock
 		}
 		got := s.ingest(lb)
-		if got < room {
+		if got < room && !s.pc.HungUp() {
+			// Emptied, and the loop calls again when more comes. Not so
+			// once the runtime closed: its close may have come with these
+			// bytes, in the same event, and is read next.
 			s.drainedAt = s.pc.Edge()
 		}
 		if got == 0 && !s.pc.Failed() {
