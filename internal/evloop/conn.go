@@ -150,9 +150,9 @@ func (c *Conn) Poll(h func(), hot ...unsafe.Pointer) {
 }
 
 // Edge counts the events the loop delivered for c. A polled reader that
-// read less than it asked for has emptied the socket: until Edge changes
-// (edge-triggered, the loop delivers an event when more arrives) another
-// read would find it empty. On the loop's goroutine only.
+// read less than it asked for has emptied the socket, unless HungUp: until
+// Edge changes (edge-triggered, the loop delivers an event when more
+// arrives) another read would find it empty. On the loop's goroutine only.
 func (c *Conn) Edge() uint64 { return c.edges }
 
 // HungUp reports whether an event the loop delivered said that the peer

@@ -10,7 +10,8 @@
 // hearthd that structure where it pays: the loop wakes once for every
 // socket that has something, reads each token, encodes and writes it, and
 // waits again; no goroutine per stream, and no read that finds a socket
-// empty (edge-triggered: a read shorter than its buffer emptied it).
+// empty (edge-triggered: a read shorter than its buffer emptied it, unless
+// the peer closed: Conn.HungUp).
 //
 // A socket the loop owns (Conn) must not also sit in Go's netpoller: every
 // token would then wake a thread of the scheduler as well. Detach takes a

@@ -495,7 +495,8 @@ func (s *stream) Unpoll() {
 // Ready implements llm.Pollable. It reads at most until a read takes less
 // than the buffer had room for: the socket is empty then, and the loop
 // (edge-triggered) is told when more comes; so no read finds it empty for
-// nothing, the read a Go stream makes before it may wait.
+// nothing, the read a Go stream makes before it may wait. Once the runtime
+// hung up, it reads on to the close (evloop.Conn.HungUp).
 func (s *stream) Ready() llm.PollState {
 	lb := s.lines.(*loopBody)
 	for {
