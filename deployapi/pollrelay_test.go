@@ -214,10 +214,25 @@ func TestPolledRuntimeDiesWithItsLastBytes(t *testing.T) {
 			}
 		}
 	}()
+	// On a failure, close the connection first: the reader goroutine's
+	// Read ends, and with it its hold on the body, which the deferred
+	// Close would wait for.
+	fail := func(format string, args ...any) {
+		t.Helper()
+		conn.Close()
+		t.Fatalf(format, args...)
+	}
+	timeout := time.After(10 * time.Second) // a bound for a broken build
 	// The first token is through: the stream waits on the loop.
-	for e := range events {
-		if strings.Contains(e.data, `"content":"a"`) {
-			break
+	for first := false; !first; {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				fail("stream ended before its first token")
+			}
+			first = strings.Contains(e.data, `"content":"a"`)
+		case <-timeout:
+			fail("no first token")
 		}
 	}
 	// Hold the loop while the runtime sends its token and closes, so
@@ -230,12 +245,11 @@ func TestPolledRuntimeDiesWithItsLastBytes(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // loopback delivers the FIN at once; this is slack
 	close(release)
 	var rest []string
-	timeout := time.After(10 * time.Second) // a bound for a broken build
 	for {
 		select {
 		case e, ok := <-events:
 			if !ok {
-				t.Fatalf("stream ended without [DONE]: %q", rest)
+				fail("stream ended without [DONE]: %q", rest)
 			}
 			rest = append(rest, e.data)
 			if e.data != "[DONE]" {
@@ -243,11 +257,11 @@ func TestPolledRuntimeDiesWithItsLastBytes(t *testing.T) {
 			}
 			all := strings.Join(rest, "\n")
 			if !strings.Contains(all, `"content":"b"`) || !strings.Contains(all, `"error"`) {
-				t.Fatalf("after the runtime died: %q, want the token b, an error, then [DONE]", rest)
+				fail("after the runtime died: %q, want the token b, an error, then [DONE]", rest)
 			}
 			return
 		case <-timeout:
-			t.Fatalf("the stream did not end after the runtime closed; got %q", rest)
+			fail("the stream did not end after the runtime closed; got %q", rest)
 		}
 	}
 }
