@@ -79,11 +79,11 @@ const hotMax = 64
 // already be another's) is told apart and dropped.
 const wakeID = 0
 
-// handler returns id's handler, nil for the eventfd or a socket forgotten.
-// Under l.mu.
-func (l *Loop) handler(id uint64) func(uint32) {
+// watch returns id's slot while id is its current generation (the
+// eventfd's included), nil otherwise. Under l.mu.
+func (l *Loop) watch(id uint64) *watch {
 	if slot := uint32(id); int(slot) < len(l.watches) && l.watches[slot].gen == uint32(id>>32) {
-		return l.watches[slot].h
+		return &l.watches[slot]
 	}
 	return nil
 }
@@ -217,8 +217,7 @@ func (l *Loop) Unwatch(fd int, id uint64) {
 // Unwatch.
 func (l *Loop) SetHot(id uint64, lines []unsafe.Pointer) {
 	l.mu.Lock()
-	if slot := uint32(id); slot != 0 && int(slot) < len(l.watches) && l.watches[slot].gen == uint32(id>>32) {
-		w := &l.watches[slot]
+	if w := l.watch(id); w != nil && uint32(id) != 0 {
 		n := copy(w.hot[:], lines)
 		clear(w.hot[n:])
 	}
@@ -228,10 +227,10 @@ func (l *Loop) SetHot(id uint64, lines []unsafe.Pointer) {
 // forget drops id's handler; closing its fd then removes it from epoll.
 func (l *Loop) forget(id uint64) {
 	l.mu.Lock()
-	if slot := uint32(id); slot != 0 && int(slot) < len(l.watches) && l.watches[slot].gen == uint32(id>>32) && l.watches[slot].h != nil {
-		l.watches[slot].h = nil
-		clear(l.watches[slot].hot[:])
-		l.free = append(l.free, slot)
+	if w := l.watch(id); w != nil && uint32(id) != 0 && w.h != nil {
+		w.h = nil
+		clear(w.hot[:])
+		l.free = append(l.free, uint32(id))
 	}
 	l.mu.Unlock()
 }
@@ -273,11 +272,12 @@ func (l *Loop) run() {
 			hs = hs[:0]
 			l.mu.Lock()
 			for i := range n {
-				id := idOf(&events[i])
-				hs = append(hs, l.handler(id))
-				if slot := uint32(id); int(slot) < len(l.watches) && l.watches[slot].gen == uint32(id>>32) {
-					l.touched += cacheline.Load(l.watches[slot].hot[:])
+				var h func(uint32)
+				if w := l.watch(idOf(&events[i])); w != nil {
+					h = w.h
+					l.touched += cacheline.Load(w.hot[:])
 				}
+				hs = append(hs, h)
 			}
 			l.mu.Unlock()
 			for i, h := range hs {

@@ -258,10 +258,10 @@ func TestWatchIDsAreNotReused(t *testing.T) {
 	}
 	l.forget(first) // stale: must not drop the second watch
 	l.mu.Lock()
-	stale, live := l.handler(first), l.handler(second)
+	stale, live := l.watch(first), l.watch(second)
 	l.mu.Unlock()
-	if stale != nil || live == nil {
-		t.Fatalf("stale ID's handler %v (want nil), live ID's %v (want set)", stale != nil, live != nil)
+	if stale != nil || live == nil || live.h == nil {
+		t.Fatalf("stale ID's watch %v (want none), live ID's %v (want one with a handler)", stale != nil, live != nil)
 	}
 	if _, err := peer.Write([]byte("x")); err != nil {
 		t.Fatal(err)
