@@ -273,6 +273,9 @@ func (r *pollRelay) stop(ok bool) {
 	r.unwatch()
 	r.b.Close()
 	r.a.handBack(r.conn, r.next, ok)
+	// The goroutine that serves the connection's next request starts now,
+	// not after the rest of the loop's events.
+	r.a.cfg.Loop.Yield()
 }
 
 // handBack hands the connection of a stream that ended back to the server

@@ -111,6 +111,8 @@ func (c *Conn) ready(events uint32) {
 	}
 	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		notify(c.rd)
+		// A blocking read waits for a request's first line.
+		c.l.Yield()
 	}
 	if events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		notify(c.wr)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -355,4 +356,77 @@ func hotOf(l *Loop, id uint64) []unsafe.Pointer {
 		n++
 	}
 	return append([]unsafe.Pointer(nil), w.hot[:n]...)
+}
+
+// A goroutine a handler readies runs before the loop's next handler of the
+// same harvest, even on one processor: a blocking Read the event ends, or
+// any goroutine after Yield. Without the yield it would wait for the rest
+// of the harvest, which under load is most of a request's wait (Yield).
+func TestReadiedGoroutineRunsBeforeTheNextHandler(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, how := range []string{"blocking read", "Yield"} {
+		t.Run(how, func(t *testing.T) {
+			l := newLoop(t)
+			ran := make(chan struct{}) // closed by the readied goroutine
+			var first net.Conn         // written first: its event comes first
+			if how == "blocking read" {
+				c, peer := pair(t, l)
+				first = peer
+				go func() {
+					var buf [1]byte
+					_, _ = c.Read(buf[:])
+					close(ran)
+				}()
+			} else {
+				c, peer := testutil.TCPPair(t)
+				first = peer
+				fd := fdOf(t, c)
+				wake := make(chan struct{})
+				go func() { <-wake; close(ran) }()
+				var once sync.Once
+				id, err := l.Watch(fd, unix.EPOLLIN, func(uint32) {
+					once.Do(func() { close(wake); l.Yield() })
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Unwatch(fd, id) })
+			}
+			second, secondPeer := testutil.TCPPair(t)
+			fd := fdOf(t, second)
+			saw := make(chan bool, 1)
+			var once sync.Once
+			id, err := l.Watch(fd, unix.EPOLLIN, func(uint32) {
+				once.Do(func() {
+					select {
+					case <-ran:
+						saw <- true
+					default:
+						saw <- false
+					}
+				})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Unwatch(fd, id) })
+			// Both events wait while the loop is held, so that one harvest
+			// takes them, in the order written.
+			hold := make(chan struct{})
+			held := make(chan struct{})
+			if !l.Post(func() { close(held); <-hold }) {
+				t.Fatal("Post on an open loop")
+			}
+			within(t, held, 5*time.Second, "the loop running the posted function")
+			for _, c := range []net.Conn{first, secondPeer} {
+				if _, err := c.Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(hold)
+			if !within(t, saw, 5*time.Second, "the second handler") {
+				t.Fatal("the goroutine the first handler readied had not run when the second handler ran")
+			}
+		})
+	}
 }
