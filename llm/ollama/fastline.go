@@ -210,12 +210,21 @@ func unhex(c byte) (byte, bool) {
 //
 //	{"model":"…","created_at":"…","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":…,"load_duration":…,"prompt_eval_count":…,"prompt_eval_duration":…,"eval_count":…,"eval_duration":…}
 //
+// Ollama 0.17 writes "done" before "done_reason" (its ChatResponse
+// declares them in that order):
+//
+//	…"content":""},"done":true,"done_reason":"stop","total_duration":…
+//
 // One a stream, but encoding/json's reflection made it cost as much as a
-// dozen token lines; fastFinalLine takes it by hand on the same terms as
-// fastTokenLine: exactly this layout or encoding/json decides.
+// dozen token lines (on 0.17, whose layout the fast path missed, ~2 % of
+// hearthd's CPU at one stream); fastFinalLine takes both layouts by hand on
+// the same terms as fastTokenLine: exactly one of them or encoding/json
+// decides.
 const (
-	finalLineMessage = `","message":{"role":"assistant","content":""},"done_reason":"`
-	finalLineDone    = `","done":true`
+	finalLineMessage    = `","message":{"role":"assistant","content":""}`
+	finalLineReason     = `,"done_reason":"`
+	finalLineDone       = `","done":true`
+	finalLineDoneReason = `,"done":true,"done_reason":"`
 )
 
 // fastFinalLine decodes a final line into l. ok is false, and l untouched,
@@ -236,12 +245,29 @@ func fastFinalLine(line []byte, l *chatLine) (ok bool) {
 	if i = skipPlainString(b, i+len(tokenLineCreated)); i < 0 || !hasPrefix(b[i:], finalLineMessage) {
 		return false
 	}
-	start := i + len(finalLineMessage)
-	if i = skipPlainString(b, start); i < 0 || !utf8.Valid(b[start:i]) || !hasPrefix(b[i:], finalLineDone) {
+	i += len(finalLineMessage)
+	var reason []byte
+	switch {
+	case hasPrefix(b[i:], finalLineReason):
+		start := i + len(finalLineReason)
+		if i = skipPlainString(b, start); i < 0 || !hasPrefix(b[i:], finalLineDone) {
+			return false
+		}
+		reason = b[start:i]
+		i += len(finalLineDone)
+	case hasPrefix(b[i:], finalLineDoneReason):
+		start := i + len(finalLineDoneReason)
+		if i = skipPlainString(b, start); i < 0 {
+			return false
+		}
+		reason = b[start:i]
+		i++ // the closing quote
+	default:
 		return false
 	}
-	reason := b[start:i]
-	i += len(finalLineDone)
+	if !utf8.Valid(reason) {
+		return false
+	}
 	var prompt, eval int
 	for i < len(b) && b[i] == ',' {
 		var key string

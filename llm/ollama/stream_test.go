@@ -125,7 +125,7 @@ func FuzzDecodeLine(f *testing.F) {
 	for _, s := range []string{
 		string(tokenLine("Hello")), string(tokenLine(`\ud83d\ude00\u003c\n`)), "\xff\xfe",
 		`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done":true}`,
-		finalLine, ollamaFinalLine,
+		finalLine, ollamaFinalLine, ollama017FinalLine,
 		`a\"b`, `\ud83d\u0041`, `\ud800`, `\\u0041`, `\/\b\f`, "日本\xe6",
 	} {
 		f.Add([]byte(s))
@@ -137,6 +137,7 @@ func FuzzDecodeLine(f *testing.F) {
 		// And as the reason and a count of a final line.
 		checkFastLine(t, []byte(`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"`+string(in)+`","done":true}`))
 		checkFastLine(t, []byte(`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"eval_count":`+string(in)+`}`))
+		checkFastLine(t, []byte(`{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done":true,"done_reason":"`+string(in)+`","eval_count":1}`))
 		for _, line := range [][]byte{tokenLine(string(in)), responseLine(string(in))} {
 			accepted := checkFastLine(t, line)
 			var want string
@@ -394,11 +395,17 @@ func TestStreamThinking(t *testing.T) {
 	}
 }
 
-// ollamaFinalLine is the last line of a chat answer as Ollama writes it.
-const ollamaFinalLine = `{"model":"hearth-tiny","created_at":"2026-11-29T04:40:26.339Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":15234567,"load_duration":1000000,"prompt_eval_count":31,"prompt_eval_duration":2000000,"eval_count":16,"eval_duration":12000000}` + "\n"
+// ollamaFinalLine is the last line of a chat answer as Ollama 0.9 writes
+// it, and ollama017FinalLine as Ollama 0.17.4 wrote it (taken from its
+// answer to hearth-tiny): "done" comes before "done_reason" there.
+const (
+	ollamaFinalLine    = `{"model":"hearth-tiny","created_at":"2026-11-29T04:40:26.339Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":15234567,"load_duration":1000000,"prompt_eval_count":31,"prompt_eval_duration":2000000,"eval_count":16,"eval_duration":12000000}` + "\n"
+	ollama017FinalLine = `{"model":"hearth-tiny","created_at":"2026-11-29T11:51:30.872301851Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"length","total_duration":287477186,"load_duration":281850595,"prompt_eval_count":28,"prompt_eval_duration":1872988,"eval_count":6,"eval_duration":1362229}` + "\n"
+)
 
 func TestFastFinalLine(t *testing.T) {
 	head := `{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done_reason":"length","done":true`
+	head017 := `{"model":"m","created_at":"t","message":{"role":"assistant","content":""},"done":true,"done_reason":"length"`
 	for _, c := range []struct {
 		line   string
 		want   chatLine // when taken
@@ -423,6 +430,15 @@ func TestFastFinalLine(t *testing.T) {
 		{strings.Replace(head, `"length"`, `"le\"n"`, 1) + `}`, chatLine{}, false, "an escape in the reason"},
 		{strings.Replace(head, `"length"`, "\"\xff\"", 1) + `}`, chatLine{}, false, "invalid UTF-8 in the reason"},
 		{strings.Replace(head, `"done":true`, `"done":false`, 1) + `}`, chatLine{}, false, "not done"},
+		{ollama017FinalLine, chatLine{Done: true, DoneReason: "length", PromptEvalCount: 28, EvalCount: 6}, true, "Ollama 0.17's line"},
+		{head017 + `}`, chatLine{Done: true, DoneReason: "length"}, true, "0.17's layout, no metrics"},
+		{head017 + `,"eval_count":3}`, chatLine{Done: true, DoneReason: "length", EvalCount: 3}, true, "0.17's layout, a count"},
+		{strings.Replace(head017, `"length"`, `"le\"n"`, 1) + `}`, chatLine{}, false, "0.17's layout, an escape in the reason"},
+		{strings.Replace(head017, `"length"`, "\"\xff\"", 1) + `}`, chatLine{}, false, "0.17's layout, invalid UTF-8 in the reason"},
+		{strings.Replace(head017, `"done":true`, `"done":false`, 1) + `}`, chatLine{}, false, "0.17's layout, not done"},
+		{strings.TrimSuffix(head017, `length"`), chatLine{}, false, "0.17's layout, the reason cut"},
+		{head017 + `,"done_reason":"stop"}`, chatLine{}, false, "0.17's layout, the reason twice"},
+		{head + `,"done_reason":"stop"}`, chatLine{}, false, "the reason twice"},
 	} {
 		var got chatLine
 		taken := fastFinalLine([]byte(c.line), &got)
