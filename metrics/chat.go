@@ -78,7 +78,7 @@ type chatMetrics struct {
 	byReason [numFinish][2]prometheus.Counter
 
 	ttft       prometheus.Histogram
-	interToken prometheus.Histogram
+	interToken *tokenHistogram // once a token: a histogram of its own (tokenhist.go)
 	duration   prometheus.Histogram
 
 	promptTokens     prometheus.Counter
@@ -94,7 +94,7 @@ func newChatMetrics() *chatMetrics {
 		}, []string{"finish_reason", "stream"}),
 		ttft: latencyHistogram("hearth_time_to_first_token_seconds",
 			"Time from accepting a chat completion to its first generated token.", ttftBuckets()),
-		interToken: latencyHistogram("hearth_inter_token_latency_seconds",
+		interToken: newTokenHistogram("hearth_inter_token_latency_seconds",
 			"Time between consecutive generated tokens of a chat completion.", interTokenBuckets()),
 		duration: latencyHistogram("hearth_chat_completion_duration_seconds",
 			"Time from accepting a chat completion to sending its last byte.", durationBuckets()),
