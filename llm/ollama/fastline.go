@@ -215,7 +215,7 @@ func unhex(c byte) (byte, bool) {
 //
 //	…"content":""},"done":true,"done_reason":"stop","total_duration":…
 //
-// One a stream, but encoding/json's reflection made it cost as much as a
+// One per stream, but encoding/json's reflection made it cost as much as a
 // dozen token lines (on 0.17, whose layout the fast path missed, ~1.3 % of
 // hearthd's CPU at one stream); fastFinalLine takes both layouts by hand on
 // the same terms as fastTokenLine: exactly one of them or encoding/json
