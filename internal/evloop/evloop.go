@@ -246,7 +246,9 @@ func (l *Loop) forget(id uint64) {
 // goroutine that sits in a system call once others need it, or once it
 // has not been scheduled for 10 ms, and after each such take polls every
 // 20 µs for a while; a loop in epoll_wait kept it there, a fifth of a core
-// at one stream (BENCHMARKS.md).
+// at one stream. And with one processor, hearthd's default here, every other
+// goroutine waits for such a call to end: tried again with the wait capped
+// at 2 ms, the time to first token grew by the cap (BENCHMARKS.md).
 //
 // The wait is one RawConn.Read whose function handles the events: the
 // netpoller's readiness is reset before the function first runs, and an
