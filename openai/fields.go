@@ -82,7 +82,7 @@ func (fs *fields[T]) run(d *T, obj object, path string, params []string) *Error 
 	}
 	for i := range fs.list {
 		f := &fs.list[i]
-		raw, ok := obj[f.name]
+		raw, ok := obj.get(f.name)
 		if ok && f.decode == nil || !ok && !f.required {
 			continue
 		}
@@ -106,9 +106,10 @@ func (fs *fields[T]) run(d *T, obj object, path string, params []string) *Error 
 // does not list, so the error is the same on every run.
 func (fs *fields[T]) firstUnknown(obj object) (string, bool) {
 	bad, found := "", false
-	for k := range obj {
-		if _, ok := fs.index[k]; !ok && (!found || k < bad) {
-			bad, found = k, true
+	for i := range obj {
+		k := obj[i].key
+		if _, ok := fs.index[string(k)]; !ok && (!found || string(k) < bad) {
+			bad, found = string(k), true
 		}
 	}
 	return clip(bad), found
@@ -118,9 +119,10 @@ func (fs *fields[T]) firstUnknown(obj object) (string, bool) {
 // depend on a value in it, such as a content part's type.
 func firstUnknownOf(obj object, allowed ...string) (string, bool) {
 	bad, found := "", false
-	for k := range obj {
-		if !slices.Contains(allowed, k) && (!found || k < bad) {
-			bad, found = k, true
+	for i := range obj {
+		k := obj[i].key
+		if !slices.Contains(allowed, string(k)) && (!found || string(k) < bad) {
+			bad, found = string(k), true
 		}
 	}
 	return clip(bad), found

@@ -31,7 +31,7 @@ func decodeResponseFormat(raw json.RawMessage, req *llm.Request) *Error {
 		if k, ok := firstUnknownOf(rf, "type", "json_schema"); ok {
 			return unknownField("response_format." + k)
 		}
-		jsRaw, ok := rf["json_schema"]
+		jsRaw, ok := rf.get("json_schema")
 		if !ok {
 			return missing("response_format.json_schema")
 		}

@@ -172,7 +172,9 @@ func FuzzSplitJSON(f *testing.F) {
 		`{"a" : {"b":[1,2,{"c":"}"}]} , "d":"\"]}" ,"a":2}`,
 		`{"k\u00e9y":"v","\ud800":1,"\"q\"":[]}`, "{\"bad \xff key\":0}",
 		`[ -1.5e+3 , 0 , "a\\" , [ [ ] ] ]`, `{"messages":[{"role":"user","content":"hi"}],"n":null}`,
-		`"not a container"`, `12`, `null`,
+		`"not a container"`, `12`, `null`, `{"a":1,"\u0061":2,"b":null,"a":3}`,
+		// Past splitObject's dedupScan: duplicates found through its map.
+		`{"a":0,"b":1,"c":2,"d":3,"e":4,"f":5,"g":6,"h":7,"i":8,"j":9,"k":10,"l":11,"m":12,"n":13,"o":14,"p":15,"a":16,"q":17,"p":18,"r":19,"a":20}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -186,8 +188,15 @@ func FuzzSplitJSON(f *testing.F) {
 			if err := json.Unmarshal(b, &want); err != nil {
 				t.Fatal(err)
 			}
-			got := splitObject(b)
-			if got == nil || len(got) != len(want) {
+			members := splitObject(b)
+			got := make(map[string]json.RawMessage, len(members))
+			for _, m := range members {
+				if _, dup := got[string(m.key)]; dup {
+					t.Fatalf("splitObject(%q) holds %q twice", b, m.key)
+				}
+				got[string(m.key)] = m.raw
+			}
+			if members == nil || len(got) != len(want) {
 				t.Fatalf("splitObject(%q) = %q, encoding/json gives %q", b, got, want)
 			}
 			for k, v := range want {

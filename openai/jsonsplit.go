@@ -1,6 +1,10 @@
 package openai
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // The request decoders take a body apart one level at a time: an object's
 // members, an array's elements, each kept as raw JSON for its own decoder.
@@ -13,25 +17,77 @@ import "encoding/json"
 // encoding/json's.
 
 // splitObject returns the members of raw, a valid JSON object, as
-// encoding/json's map[string]json.RawMessage decoding would: keys unquoted,
-// the last of duplicate keys kept, values without surrounding whitespace.
-// The values share raw's bytes, capped so that an append copies.
-func splitObject(raw []byte) map[string]json.RawMessage {
-	m := make(map[string]json.RawMessage)
+// encoding/json's map[string]json.RawMessage decoding would hold them: keys
+// unquoted, the last of duplicate keys kept (in the place of the first),
+// values without surrounding whitespace. The values share raw's bytes,
+// capped so that an append copies, and so do the keys that need no
+// unescaping (nearly all): no allocation per member. It returns nil if raw
+// is no object.
+func splitObject(raw []byte) object {
+	// Room for the members a body of this size can hold, up to a
+	// request's usual few (a member takes 6 bytes at least: "k":1,), so
+	// that the slice is allocated once rather than grown member by member.
+	members := make(object, 0, min(len(raw)/6+1, 8))
+	var index map[string]int // past dedupScan members: a key's place
 	ok := eachItem(raw, '{', '}', func(i int) int {
 		k := i
 		i = skipString(raw, i)
-		key := mustString(raw[k:i])
+		key := keyBytes(raw[k:i])
 		i = skipSpace(raw, skipSpace(raw, i)+1) // past the colon
 		v := i
 		i = skipValue(raw, i)
-		m[key] = raw[v:i:i]
+		at := -1
+		switch {
+		case index != nil:
+			if j, dup := index[string(key)]; dup {
+				at = j
+			}
+		default:
+			for j := range members {
+				if string(members[j].key) == string(key) {
+					at = j
+					break
+				}
+			}
+		}
+		if at >= 0 {
+			members[at].raw = raw[v:i:i]
+			return i
+		}
+		members = append(members, member{key: key, raw: raw[v:i:i]})
+		// A long object finds its duplicates through a map: comparing each
+		// key with every earlier one would make a body of many keys cost
+		// their number squared.
+		if len(members) == dedupScan {
+			index = make(map[string]int, 2*dedupScan)
+			for j := range members {
+				index[string(members[j].key)] = j
+			}
+		} else if index != nil {
+			index[string(key)] = len(members) - 1
+		}
 		return i
 	})
 	if !ok {
 		return nil
 	}
-	return m
+	return members
+}
+
+// dedupScan is the number of members up to which splitObject finds a
+// duplicate key by comparing: the objects of a request hold a handful.
+const dedupScan = 16
+
+// keyBytes is the decoded key of quoted, a valid JSON string: its own
+// bytes when it has no escape and is valid UTF-8 (mustString's case),
+// otherwise a decoded copy.
+func keyBytes(quoted []byte) []byte {
+	if len(quoted) >= 2 {
+		if s := quoted[1 : len(quoted)-1]; bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+			return s[:len(s):len(s)]
+		}
+	}
+	return []byte(mustString(quoted))
 }
 
 // splitArray returns the elements of raw, a valid JSON array, as

@@ -16,8 +16,28 @@ import (
 // 400 for a value of the wrong type or range, naming param.
 
 // object is a decoded JSON object whose null members have been removed, so
-// that an explicit null reads as absent everywhere.
-type object map[string]json.RawMessage
+// that an explicit null reads as absent everywhere. It holds its members
+// in the order they came rather than in a map: a request's objects have a
+// handful of members each, found as fast by comparing keys as by hashing
+// them, and the keys then stay slices of the body instead of a string and a
+// map allocated per member (BenchmarkDecodeChatRequest).
+type object []member
+
+// member is one member of an object: key unescaped, raw never null.
+type member struct {
+	key []byte
+	raw json.RawMessage
+}
+
+// get returns the value of key, if o has it.
+func (o object) get(key string) (json.RawMessage, bool) {
+	for i := range o {
+		if string(o[i].key) == key {
+			return o[i].raw, true
+		}
+	}
+	return nil, false
+}
 
 // decodeBody decodes a request body that must be a JSON object.
 func decodeBody(body []byte) (object, *Error) {
@@ -27,14 +47,12 @@ func decodeBody(body []byte) (object, *Error) {
 		// the body was read into.
 		return dropNulls(splitObject(append([]byte(nil), body...))), nil
 	}
+	// Not an object: encoding/json words the error.
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, bodyError(err)
 	}
-	if top == nil { // the body was the literal null
-		return nil, InvalidRequest("", "The request body must be a JSON object, but got null.")
-	}
-	return dropNulls(top), nil
+	return nil, InvalidRequest("", "The request body must be a JSON object, but got null.")
 }
 
 func bodyError(err error) *Error {
@@ -51,13 +69,16 @@ func bodyError(err error) *Error {
 	}
 }
 
-func dropNulls(m map[string]json.RawMessage) object {
-	for k, v := range m {
-		if string(v) == "null" {
-			delete(m, k)
+// dropNulls removes o's null members, in place.
+func dropNulls(o object) object {
+	kept := o[:0]
+	for _, m := range o {
+		if string(m.raw) != "null" {
+			kept = append(kept, m)
 		}
 	}
-	return object(m)
+	clear(o[len(kept):])
+	return kept
 }
 
 func kindOf(raw []byte) string {
@@ -149,7 +170,7 @@ func asString(raw []byte, param string) (string, *Error) {
 }
 
 func requiredString(obj object, key, param string) (string, *Error) {
-	raw, ok := obj[key]
+	raw, ok := obj.get(key)
 	if !ok {
 		return "", missing(param)
 	}

@@ -45,7 +45,7 @@ func (d *messageDecoder) decode(raw json.RawMessage, param string) *Error {
 	if e != nil {
 		return e
 	}
-	raw, ok := obj["role"]
+	raw, ok := obj.get("role")
 	if !ok {
 		return missing(param + ".role")
 	}
@@ -179,8 +179,8 @@ func decodeTextParts(raw json.RawMessage, param string, kind partKind) (string, 
 		if e != nil {
 			return "", e
 		}
-		for k := range part {
-			if k != "type" && k != key && !slices.Contains(extra, k) {
+		for _, m := range part {
+			if k := string(m.key); k != "type" && k != key && !slices.Contains(extra, k) {
 				// Report the alphabetically first, as everywhere.
 				k, _ := firstUnknownOf(part, append([]string{"type", key}, extra...)...)
 				return "", unknownField(p + "." + k)

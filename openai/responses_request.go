@@ -237,7 +237,7 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		return e
 	}
 	typ := "message" // an easy input message has no type
-	if raw, ok := obj["type"]; ok {
+	if raw, ok := obj.get("type"); ok {
 		if typ, e = asString(raw, param+".type"); e != nil {
 			return e
 		}
@@ -525,7 +525,8 @@ func (d *responsesDecoder) decodeMetadata(raw json.RawMessage, param string) *Er
 	if len(obj) > maxMetadata {
 		return invalid(param, "object_above_max_properties", "Invalid '"+param+"': too many properties. Expected an object with at most 16 properties, but got "+strconv.Itoa(len(obj))+" instead.")
 	}
-	for k, v := range obj {
+	for _, m := range obj {
+		k, v := string(m.key), m.raw
 		p := param + "." + clip(k)
 		if len(k) > maxMetadataKey {
 			return invalid(p, "string_above_max_length", "Invalid '"+param+"': metadata keys are at most 64 characters long.")
