@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -120,12 +121,15 @@ type RealResult struct {
 	// runtime it is taken from generation.
 	HearthdCPUusPerToken float64 `json:"hearthd_cpu_us_per_token"`
 	// The nginx side's aggregates, if it ran.
-	NginxTokensPS      float64          `json:"nginx_tokens_per_s,omitempty"`
-	NginxTTFTP50       float64          `json:"nginx_ttft_p50_us,omitempty"`
-	NginxCPUusPerToken float64          `json:"nginx_cpu_us_per_token,omitempty"`
-	NginxRSSPeak       int64            `json:"nginx_rss_peak_bytes,omitempty"`
-	HearthdRSSPeak     int64            `json:"hearthd_rss_peak_bytes,omitempty"`
-	ColdStart          *ColdStartResult `json:"cold_start,omitempty"`
+	NginxTokensPS      float64 `json:"nginx_tokens_per_s,omitempty"`
+	NginxTTFTP50       float64 `json:"nginx_ttft_p50_us,omitempty"`
+	NginxCPUusPerToken float64 `json:"nginx_cpu_us_per_token,omitempty"`
+	NginxRSSPeak       int64   `json:"nginx_rss_peak_bytes,omitempty"`
+	HearthdRSSPeak     int64   `json:"hearthd_rss_peak_bytes,omitempty"`
+	// PairedTTFTP50 is the median over rounds of hearthd's TTFT p50 minus
+	// nginx's in the same round, in µs.
+	PairedTTFTP50 float64          `json:"paired_ttft_p50_us,omitempty"`
+	ColdStart     *ColdStartResult `json:"cold_start,omitempty"`
 }
 
 // Markdown renders the comparison.
@@ -140,6 +144,9 @@ func (r *RealResult) Markdown() string {
 		fmt.Fprintf(&b, "| added TTFT p50 | | %s | %s | |\n", us(r.NginxTTFTP50-r.DirectTTFTP50), us(r.ThroughTTFTP50-r.DirectTTFTP50))
 		fmt.Fprintf(&b, "| proxy CPU per token | | %.1f µs | %.1f µs | **%.2f×** |\n", r.NginxCPUusPerToken, r.HearthdCPUusPerToken, ratio(r.HearthdCPUusPerToken, r.NginxCPUusPerToken))
 		fmt.Fprintf(&b, "| proxy RSS peak | | %s MiB | %s MiB | %.2f× |\n", mib(r.NginxRSSPeak), mib(r.HearthdRSSPeak), ratio(float64(r.HearthdRSSPeak), float64(r.NginxRSSPeak)))
+		ttft, cpu := r.pairedRounds()
+		fmt.Fprintf(&b, "| each round: TTFT p50 hearthd − nginx | | | %s | median %s |\n", ttft, us(r.PairedTTFTP50))
+		fmt.Fprintf(&b, "| each round: proxy CPU per token | | %s | | |\n", cpu)
 		fmt.Fprintf(&b, "| errors | | | | %d |\n\n", r.Errors)
 	} else {
 		b.WriteString("| | Ollama /v1 direct | through hearthd | ratio |\n|---|---|---|---|\n")
@@ -154,13 +161,41 @@ func (r *RealResult) Markdown() string {
 	return b.String()
 }
 
+// pairedRounds lists, round by round, hearthd's TTFT p50 minus nginx's
+// (the two sides of one round run back to back, so machine drift cancels
+// out of the difference) and both sides' CPU per token: how far apart the
+// rounds are says whether a difference of the aggregates is more than
+// noise.
+func (r *RealResult) pairedRounds() (ttft, cpu string) {
+	var ds, cs []string
+	for _, round := range r.Rounds {
+		ng := round.Nginx
+		if ng == nil {
+			continue
+		}
+		ds = append(ds, fmt.Sprintf("%+.0f", round.Through.TTFT.P50-ng.TTFT.P50))
+		cs = append(cs, fmt.Sprintf("%.1f / %.1f", perToken(ng), perToken(&round.Through)))
+	}
+	return strings.Join(ds, ", ") + " µs", strings.Join(cs, ", ") + " µs (nginx / hearthd)"
+}
+
+// perToken is s's proxy CPU per token received, in µs.
+func perToken(s *Side) float64 {
+	if s.Tokens == 0 {
+		return 0
+	}
+	return s.ProxyCPUS / float64(s.Tokens) * 1e6
+}
+
 // aggregate sets the aggregates over r.Rounds.
 func (r *RealResult) aggregate() {
 	var dTok, tTok, dSec, tSec, dTTFT, tTTFT, hCPU float64
 	var nTok, nSec, nTTFT, nCPU float64
+	var paired []float64
 	r.Errors = 0
 	for _, round := range r.Rounds {
 		if ng := round.Nginx; ng != nil {
+			paired = append(paired, round.Through.TTFT.P50-ng.TTFT.P50)
 			nTok += float64(ng.Tokens)
 			nSec += ng.ElapsedS
 			nTTFT += ng.TTFT.P50
@@ -192,6 +227,9 @@ func (r *RealResult) aggregate() {
 	r.DirectTTFTP50, r.ThroughTTFTP50 = dTTFT/n, tTTFT/n
 	if nSec > 0 && nTok > 0 {
 		r.NginxTokensPS, r.NginxTTFTP50, r.NginxCPUusPerToken = nTok/nSec, nTTFT/n, nCPU/nTok*1e6
+	}
+	if len(paired) > 0 {
+		r.PairedTTFTP50 = median(paired)
 	}
 	if dTTFT > 0 {
 		r.TTFTRatio = tTTFT / dTTFT
@@ -315,4 +353,15 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 		res.ColdStart = &cs
 	}
 	return res, nil
+}
+
+// median is the median of vs (the mean of the middle two for an even
+// count); vs is sorted in place.
+func median(vs []float64) float64 {
+	slices.Sort(vs)
+	n := len(vs)
+	if n%2 == 1 {
+		return vs[n/2]
+	}
+	return (vs[n/2-1] + vs[n/2]) / 2
 }
