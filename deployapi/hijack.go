@@ -2,8 +2,10 @@ package deployapi
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"reflect"
 	"strconv"
 	"sync"
@@ -228,11 +230,14 @@ func (b *sseBody) frame() []byte {
 // hijack handler. Handing the wrapper back would also wrap it again at the
 // next stream, one layer per request on a long-lived connection. So the
 // connection itself is handed back, with any bytes the buffer held read
-// out first (one Read of a bufio.Reader with bytes buffered returns them
-// all without touching the socket). fasthttp does not say which case it
-// is, so its wrapper's reader is looked at with reflect (readsFrom); were
-// that to fail, the Read below would wait for the client's next request
-// instead, which is slower but as correct.
+// out first. fasthttp does not say which case it is, so its wrapper's
+// reader is looked at with reflect (readsFrom); where that does not find
+// the connection itself (a buffer, or a fasthttp that names the field
+// otherwise), the buffer is read out with the connection's read deadline
+// already past (buffered), which returns the buffered bytes and never waits
+// for the client: the stream relayed from the loop calls keepAlive before
+// its first token, and a wait there for the client's next request would
+// hold the stream until the idle timeout.
 func keepAlive(rf *readerField, hc net.Conn, idle, read time.Duration) (net.Conn, error) {
 	if idle <= 0 {
 		idle = read
@@ -241,17 +246,18 @@ func keepAlive(rf *readerField, hc net.Conn, idle, read time.Duration) (net.Conn
 	if u, ok := hc.(interface{ UnsafeConn() net.Conn }); ok {
 		c = u.UnsafeConn()
 	}
-	if idle > 0 {
-		_ = c.SetReadDeadline(time.Now().Add(idle))
-	}
 	var pending []byte
 	if c != hc && !rf.readsFrom(hc, c) {
-		buf := make([]byte, 64<<10) // more than fasthttp's read buffer
-		n, err := hc.Read(buf)
-		if err != nil {
-			return nil, fmt.Errorf("read a pipelined request: %w", err)
+		var err error
+		if pending, err = buffered(hc, c); err != nil {
+			return nil, err
 		}
-		pending = buf[:n:n]
+		if idle <= 0 {
+			_ = c.SetReadDeadline(time.Time{})
+		}
+	}
+	if idle > 0 {
+		_ = c.SetReadDeadline(time.Now().Add(idle))
 	}
 	// A connection kept before is unwrapped: one layer at most.
 	switch k := c.(type) {
@@ -266,6 +272,31 @@ func keepAlive(rf *readerField, hc net.Conn, idle, read time.Duration) (net.Conn
 		return keptTLSConn{k, tc}, nil
 	}
 	return k, nil
+}
+
+// buffered returns what hc, fasthttp's hijacked connection over c, holds
+// in its read buffer, without waiting for c: with c's read deadline in the
+// past, a read that finds the buffer empty fails at once (Go checks the
+// deadline before the system call), and bytes still in the socket stay
+// there for the server. It leaves c's read deadline past.
+func buffered(hc, c net.Conn) ([]byte, error) {
+	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return nil, fmt.Errorf("read a pipelined request: %w", err)
+	}
+	var pending []byte
+	var buf [4096]byte
+	for {
+		n, err := hc.Read(buf[:])
+		pending = append(pending, buf[:n]...)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return pending[:len(pending):len(pending)], nil
+		case err != nil:
+			return nil, fmt.Errorf("read a pipelined request: %w", err)
+		case n == 0:
+			return pending[:len(pending):len(pending)], nil
+		}
+	}
 }
 
 // readerField finds the reader field of fasthttp's hijacked connection

@@ -255,12 +255,22 @@ func TestDrainClosesAConnectionWaitingAfterItsStream(t *testing.T) {
 // the wrapper (which would grow by a layer per stream and whose buffer
 // lives only as long as the hijack handler), with pipelined bytes read
 // out of that buffer first. This pins what keepAlive reads of fasthttp's
-// wrapper (readsFrom) to the fasthttp in go.mod.
+// wrapper (readsFrom) to the fasthttp in go.mod. Without ReduceMemoryUsage
+// fasthttp's wrapper reads through its buffer at every request, which
+// readsFrom does not see through: the buffer is read out without waiting
+// for the client (a wait there would hold the response until the client
+// sent another request, which it does not before the response).
 func TestKeepAliveUnwrapsTheHijackedConnection(t *testing.T) {
+	for _, reduce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ReduceMemoryUsage=%v", reduce), func(t *testing.T) { testKeepAliveUnwraps(t, reduce) })
+	}
+}
+
+func testKeepAliveUnwraps(t *testing.T, reduceMemory bool) {
 	var rf readerField // the field found at the first stream, then kept
 	var mu sync.Mutex
 	var seen []string
-	srv := &fasthttp.Server{KeepHijackedConns: true, ReduceMemoryUsage: true, IdleTimeout: time.Minute, ReadTimeout: time.Minute}
+	srv := &fasthttp.Server{KeepHijackedConns: true, ReduceMemoryUsage: reduceMemory, IdleTimeout: time.Minute, ReadTimeout: time.Minute}
 	srv.Handler = func(ctx *fasthttp.RequestCtx) {
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(hc net.Conn) {
