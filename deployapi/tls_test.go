@@ -1,6 +1,7 @@
 package deployapi
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -353,4 +354,37 @@ func TestTLSDisconnectBeforeFirstToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	leave(t, conn, <-ta.rt.started)
+}
+
+// Over TLS too, requests pipelined behind a stream are answered after it,
+// in order: what fasthttp buffered and what the TLS connection decrypted
+// ahead both reach the next request (keepAlive reads them out without
+// waiting on the socket).
+func TestTLSPipelinedRequestsAfterAStream(t *testing.T) {
+	ta := startTLSAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 3}, -1)
+	host := strings.TrimSuffix(strings.TrimPrefix(ta.url, "https://"), "/api/v1")
+	conn, err := tls.Dial("tcp", host, &tls.Config{RootCAs: ta.ca.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	body := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	stream := "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret +
+		"\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
+	if _, err := io.WriteString(conn, stream+models+stream+models); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i := range 2 {
+		readStream(t, br)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("pipelined request %d: %v", i, err)
+		}
+		if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
+			t.Fatalf("pipelined models %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
 }
