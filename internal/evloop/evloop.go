@@ -54,9 +54,15 @@ type Loop struct {
 	closed  bool
 
 	done chan struct{}
+	// awake is set from a harvest until the loop has found the queue empty
+	// and waits again: a Post then needs no wake-up, since the loop takes
+	// the queue before it waits. Under mu.
+	awake bool
 	// woken is set while a wake-up is pending, so a burst of Posts writes
 	// the eventfd once.
 	woken atomic.Bool
+	// signals counts the eventfd's writes (wake-ups).
+	signals atomic.Uint64
 	// touched keeps the loads of hot lines from being optimized away;
 	// only in the loop's goroutine.
 	touched byte
@@ -159,14 +165,20 @@ func (l *Loop) Post(f func()) bool {
 		return false
 	}
 	l.queue = append(l.queue, f)
+	awake := l.awake
 	l.mu.Unlock()
-	if l.woken.CompareAndSwap(false, true) {
+	// A loop that is running takes the queue before it waits; only one that
+	// waits (or is about to) needs the eventfd, a write here and a read there.
+	// Under load a stream's relay is posted by a goroutine that ran while
+	// the loop yielded, mid-harvest.
+	if !awake && l.woken.CompareAndSwap(false, true) {
 		l.signal()
 	}
 	return true
 }
 
 func (l *Loop) signal() {
+	l.signals.Add(1)
 	var one = [8]byte{1}
 	_, _ = unix.Write(l.wake, one[:]) // EAGAIN: a wake-up is pending anyway
 }
@@ -276,6 +288,7 @@ func (l *Loop) run() {
 			}
 			hs = hs[:0]
 			l.mu.Lock()
+			l.awake = true
 			for i := range n {
 				var h func(uint32)
 				if w := l.watch(idOf(&events[i])); w != nil {
@@ -313,7 +326,16 @@ func (l *Loop) run() {
 			}
 			l.yield = false
 			if n < len(events) {
-				return false // all taken: wait in the netpoller
+				// All taken: wait in the netpoller, unless something was
+				// posted since the queue was taken (awake, so not woken).
+				l.mu.Lock()
+				if len(l.queue) == 0 {
+					l.awake = false
+					l.mu.Unlock()
+					return false
+				}
+				l.mu.Unlock()
+				continue
 			}
 			// More are ready: let the goroutines the handlers woke run
 			// first, and be scheduled again, which keeps Go's monitor

@@ -3,9 +3,11 @@ package evloop
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -227,6 +229,84 @@ func TestPostAfterClose(t *testing.T) {
 	if _, err := l.Watch(0, 0, func(uint32) {}); err == nil {
 		t.Fatal("Watch after Close accepted")
 	}
+}
+
+// A Post made while the loop runs (here by a goroutine that a posted
+// function waits for) does not write the eventfd: the loop takes the queue
+// before it waits again, and runs the function.
+func TestPostToARunningLoopNeedsNoWakeUp(t *testing.T) {
+	l := newLoop(t)
+	inner := make(chan struct{})
+	delta := make(chan uint64, 1)
+	if !l.Post(func() {
+		done := make(chan struct{})
+		go func() {
+			before := l.signals.Load()
+			l.Post(func() { close(inner) })
+			delta <- l.signals.Load() - before
+			close(done)
+		}()
+		<-done // the loop's goroutine is inside its round until the Post is made
+	}) {
+		t.Fatal("Post on an open loop refused")
+	}
+	if d := within(t, delta, 5*time.Second, "the Post from the goroutine"); d != 0 {
+		t.Fatalf("a Post to the running loop wrote the eventfd %d times, want 0", d)
+	}
+	within(t, inner, 5*time.Second, "the function posted while the loop ran")
+}
+
+// No Post is lost between the loop taking its queue and waiting: from many
+// goroutines at once, while sockets keep it busy, every posted function runs.
+func TestPostsAreNeverLost(t *testing.T) {
+	l := newLoop(t)
+	c, peer := testutil.TCPPair(t)
+	fd := fdOf(t, c)
+	var buf [512]byte
+	id, err := l.Watch(fd, unix.EPOLLIN, func(uint32) {
+		for {
+			if n, _ := Read(fd, buf[:]); n <= 0 {
+				return
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Unwatch(fd, id) })
+	stop := make(chan struct{})
+	go func() { // events for the loop to harvest while the Posts come
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := peer.Write([]byte("x")); err != nil {
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	defer close(stop)
+	const goroutines, posts = 8, 2000
+	var ran atomic.Int64
+	all := make(chan struct{})
+	for range goroutines {
+		go func() {
+			for range posts {
+				l.Post(func() {
+					if ran.Add(1) == goroutines*posts {
+						close(all)
+					}
+				})
+				if rand.IntN(8) == 0 {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	within(t, all, 30*time.Second, "every posted function")
 }
 
 // A handler that panics is logged and the loop goes on.
