@@ -82,6 +82,9 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 		// From the event loop (pollrelay.go) where the stream allows it,
 		// and the connection is to be kept (a closing one is rare and
 		// takes the path below).
+		if ok && b.finished {
+			a.whole.Add(1)
+		}
 		if ok && !b.finished && keep && !a.draining.Load() && a.startPollRelay(hc, b, srv) {
 			return
 		}

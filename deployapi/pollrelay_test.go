@@ -285,8 +285,10 @@ func TestPolledStreams(t *testing.T) {
 			t.Fatalf("stream %d: usage %v", i, usage)
 		}
 	}
-	if n := ta.api.polled.Load(); n != 5 {
-		t.Fatalf("%d of 5 streams relayed from the loop", n)
+	// A stream whose whole answer came in before its head was written (a
+	// slow machine) leaves nothing to relay; every other one is the loop's.
+	if n, w := ta.api.polled.Load(), ta.api.whole.Load(); n+w != 5 || n == 0 {
+		t.Fatalf("%d of 5 streams relayed from the loop, %d whole at their head", n, w)
 	}
 	if n := f.conns.Load(); n > 2 {
 		t.Fatalf("the runtime saw %d connections for 5 streams one after another, want at most 2 (kept alive)", n)
@@ -440,8 +442,8 @@ func TestPolledConcurrentStreams(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := ta.api.polled.Load(); n != 96 {
-		t.Fatalf("%d of 96 streams relayed from the loop", n)
+	if n, w := ta.api.polled.Load(), ta.api.whole.Load(); n+w != 96 || n == 0 {
+		t.Fatalf("%d of 96 streams relayed from the loop, %d whole at their head", n, w)
 	}
 }
 
