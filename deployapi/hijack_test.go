@@ -95,8 +95,16 @@ func TestPipelinedRequestsAfterAStream(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"a"}, TokenCount: 3}, nil)
 	conn, br := ta.dialRaw(t)
 	stream := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
-	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
-	if _, err := io.WriteString(conn, ta.rawPost("/chat/completions", stream)+models+ta.rawPost("/chat/completions", stream)+models); err != nil {
+	pipelineStreamsAndModels(t, conn, br, ta.rawPost("/chat/completions", stream), ta.secret)
+}
+
+// pipelineStreamsAndModels writes stream (a raw streamed chat request),
+// GET /models, stream and GET /models again in one write on conn, and
+// checks the four answers come back in that order.
+func pipelineStreamsAndModels(t *testing.T, conn net.Conn, br *bufio.Reader, stream, secret string) {
+	t.Helper()
+	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + secret + "\r\n\r\n"
+	if _, err := io.WriteString(conn, stream+models+stream+models); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {

@@ -372,19 +372,5 @@ func TestTLSPipelinedRequestsAfterAStream(t *testing.T) {
 	body := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	stream := "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret +
 		"\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	models := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
-	if _, err := io.WriteString(conn, stream+models+stream+models); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	for i := range 2 {
-		readStream(t, br)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("pipelined request %d: %v", i, err)
-		}
-		if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
-			t.Fatalf("pipelined models %d: %d %v", i, resp.StatusCode, m)
-		}
-	}
+	pipelineStreamsAndModels(t, conn, bufio.NewReader(conn), stream, ta.secret)
 }
