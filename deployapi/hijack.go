@@ -315,21 +315,28 @@ type readerField struct {
 
 // index is the index of t's field r, or -1.
 func (rf *readerField) index(t reflect.Type) int {
-	if rf != nil {
-		rf.mu.Lock()
-		defer rf.mu.Unlock()
-		if rf.typ == t {
-			return rf.idx
-		}
+	if rf == nil {
+		return readerIndex(t)
 	}
-	idx := -1
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	if rf.typ != t {
+		rf.typ, rf.idx = t, readerIndex(t)
+	}
+	return rf.idx
+}
+
+// readerIndex looks the field up. Not inlined: FieldByName's result is
+// ~300 bytes of frame, which in index was on the stack of every stream's
+// hijack goroutine, found or not, and took it past the stack it starts
+// with (a copy of the stack per stream).
+//
+//go:noinline
+func readerIndex(t reflect.Type) int {
 	if f, ok := t.FieldByName("r"); ok && len(f.Index) == 1 {
-		idx = f.Index[0]
+		return f.Index[0]
 	}
-	if rf != nil {
-		rf.typ, rf.idx = t, idx
-	}
-	return idx
+	return -1
 }
 
 // readsFrom reports whether fasthttp's hijacked connection hc reads

@@ -231,9 +231,15 @@ func (l *Loop) Unwatch(fd int, id uint64) {
 // referenced, so their objects stay allocated, until SetHot(id, nil) or
 // Unwatch.
 func (l *Loop) SetHot(id uint64, lines []unsafe.Pointer) {
+	l.setHot(id, nil, lines)
+}
+
+// setHot is SetHot of first's lines, then rest's.
+func (l *Loop) setHot(id uint64, first, rest []unsafe.Pointer) {
 	l.mu.Lock()
 	if w := l.watch(id); w != nil && uint32(id) != 0 {
-		n := copy(w.hot[:], lines)
+		n := copy(w.hot[:], first)
+		n += copy(w.hot[n:], rest)
 		clear(w.hot[n:])
 	}
 	l.mu.Unlock()

@@ -417,6 +417,11 @@ func TestHotLines(t *testing.T) {
 	if want := len(own) + 3; len(hot) != want || hot[0] != unsafe.Pointer(pc) || hot[len(hot)-1] != unsafe.Pointer(a) {
 		t.Fatalf("Conn.Poll's hot lines: %d, want %d: the Conn's %d, the handler's 2, the caller's 1", len(hot), want, len(own))
 	}
+	pc.Poll(h, many...)
+	if hot = hotOf(l, pc.id); len(hot) != hotMax || hot[0] != unsafe.Pointer(pc) || hot[len(own)+2] != many[0] {
+		t.Fatalf("Conn.Poll with %d lines of the caller's: %d kept, want the Conn's and the handler's first, then the caller's up to %d",
+			len(many), len(hot), hotMax)
+	}
 	pc.Poll(nil)
 	if hot := hotOf(l, pc.id); len(hot) != 0 {
 		t.Fatalf("Poll(nil) left %d hot lines", len(hot))
