@@ -22,6 +22,10 @@ import (
 // handler's next call.
 var ErrWouldBlock = errors.New("evloop: operation would block")
 
+// ErrInterrupted is what a blocking Read returns, having read nothing,
+// when a channel given to Interrupt became ready while it waited.
+var ErrInterrupted = errors.New("evloop: read interrupted")
+
 // Conn is a TCP connection watched by a Loop instead of Go's netpoller.
 //
 // In blocking mode (the default) it is a net.Conn whose Read and Write wait
@@ -45,11 +49,22 @@ type Conn struct {
 	polled atomic.Pointer[func()] // polled mode's handler
 	failed atomic.Bool            // a read or write failed for good (not ErrWouldBlock)
 
-	edges uint64 // events the loop delivered; only in its goroutine
-	hup   bool   // an event said the peer closed or the socket failed; only in the loop's goroutine
+	// ev is twice the events the loop delivered (Edge), plus one once an
+	// event said the peer closed or the socket failed (HungUp). Written by
+	// the loop only; atomic so that a blocking read can take it (drained).
+	ev atomic.Uint64
+	// drained is Edge when the last blocking read emptied the socket, or
+	// ^0 (Drained); only the reading goroutine writes it.
+	drained uint64
 
 	rd, wr chan struct{} // blocking mode: the loop's word, one pending at most
 	gone   chan struct{} // closed by Close
+
+	// A blocking Read that has to wait returns ErrInterrupted when one of
+	// these is ready (Interrupt); only the reading goroutine uses them.
+	intr      <-chan struct{}
+	intrTimer <-chan time.Time
+	later     bool // Later; only the reading goroutine uses it
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -88,7 +103,7 @@ func (l *Loop) Detach(c net.Conn) (*Conn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("evloop: detach: %w", err)
 	}
-	pc := &Conn{l: l, fd: fd, local: local, remote: remote,
+	pc := &Conn{l: l, fd: fd, local: local, remote: remote, drained: ^uint64(0),
 		rd: make(chan struct{}, 1), wr: make(chan struct{}, 1), gone: make(chan struct{})}
 	id, err := l.Watch(fd, unix.EPOLLIN|unix.EPOLLOUT|unix.EPOLLRDHUP, pc.ready)
 	if err != nil {
@@ -101,10 +116,11 @@ func (l *Loop) Detach(c net.Conn) (*Conn, error) {
 
 // ready is the loop's handler of the socket's events.
 func (c *Conn) ready(events uint32) {
-	c.edges++
+	ev := c.ev.Load() + 2
 	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-		c.hup = true
+		ev |= 1
 	}
+	c.ev.Store(ev)
 	if h := c.polled.Load(); h != nil {
 		(*h)()
 		return
@@ -159,15 +175,22 @@ const connLines = (unsafe.Sizeof(Conn{})+cacheline.Size-2)/cacheline.Size + 1
 // Edge counts the events the loop delivered for c. A polled reader that
 // read less than it asked for has emptied the socket, unless HungUp: until
 // Edge changes (edge-triggered, the loop delivers an event when more
-// arrives) another read would find it empty. On the loop's goroutine only.
-func (c *Conn) Edge() uint64 { return c.edges }
+// arrives) another read would find it empty.
+func (c *Conn) Edge() uint64 { return c.ev.Load() >> 1 }
+
+// Drained is Edge as it was when the last read in blocking mode emptied
+// the socket (read less than it asked for, the peer not hung up), or ^0
+// when it did not: a polled reader that takes over from blocking reads
+// (its handler run after them) starts from it, and saves a read that would
+// find the socket empty.
+func (c *Conn) Drained() uint64 { return c.drained }
 
 // HungUp reports whether an event the loop delivered said that the peer
 // closed its end, or that the socket failed. A short read then does not
 // mean that the socket is empty: the close is still to be read, and no
 // other event will say so (edge-triggered: the bytes and the close may
-// come in one event). On the loop's goroutine only.
-func (c *Conn) HungUp() bool { return c.hup }
+// come in one event).
+func (c *Conn) HungUp() bool { return c.ev.Load()&1 != 0 }
 
 // Loop is the loop watching c.
 func (c *Conn) Loop() *Loop { return c.l }
@@ -206,11 +229,20 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if c.later {
+		c.later = false
+		if err := c.await(); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		if !c.acquire() {
 			c.failed.Store(true)
 			return 0, net.ErrClosed
 		}
+		// Taken before the read: an event after it is one the read may
+		// not have seen the bytes of.
+		ev := c.ev.Load()
 		n, err := Read(c.fd, p)
 		for err == unix.EINTR {
 			n, err = Read(c.fd, p)
@@ -218,6 +250,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 		c.release()
 		switch {
 		case n > 0:
+			c.drained = ^uint64(0)
+			if n < len(p) && ev&1 == 0 {
+				c.drained = ev >> 1
+			}
 			return n, nil
 		case err == nil:
 			c.failed.Store(true)
@@ -226,15 +262,46 @@ func (c *Conn) Read(p []byte) (int, error) {
 			if c.polled.Load() != nil {
 				return 0, ErrWouldBlock
 			}
-			select {
-			case <-c.rd:
-			case <-c.gone:
+			if err := c.await(); err != nil {
+				return 0, err
 			}
 		default:
 			c.failed.Store(true)
 			return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.local, Addr: c.remote, Err: os.NewSyscallError("read", err)}
 		}
 	}
+}
+
+// await waits for the loop's word that the socket may be readable, or
+// Close, or an interrupt (ErrInterrupted).
+func (c *Conn) await() error {
+	select {
+	case <-c.rd:
+	case <-c.gone:
+	case <-c.intr:
+		return ErrInterrupted
+	case <-c.intrTimer:
+		return ErrInterrupted
+	}
+	return nil
+}
+
+// Later says that the socket is empty and its next bytes are still to
+// come, as the answer to a request just written: the next blocking Read
+// waits for the loop's word before it reads, which saves a read that
+// would find nothing. A word the loop gave before is enough (the bytes
+// may be in already), and a stale one costs only that read. Only the
+// goroutine that reads may call it.
+func (c *Conn) Later() { c.later = true }
+
+// Interrupt makes the blocking Reads that have to wait give up with
+// ErrInterrupted, having read nothing, when done closes or timer fires (a
+// timer's one value is taken by the Read it interrupts); nil channels
+// clear it. For a caller that waits for an answer in its own goroutine but
+// must return on its context or a deadline while the connection stays open
+// and its bytes untouched. Only the goroutine that reads may call it.
+func (c *Conn) Interrupt(done <-chan struct{}, timer <-chan time.Time) {
+	c.intr, c.intrTimer = done, timer
 }
 
 // Write writes p, waiting for room in blocking mode. In polled mode it

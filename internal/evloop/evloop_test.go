@@ -112,6 +112,140 @@ func TestConnPeerClose(t *testing.T) {
 	}
 }
 
+// A blocking Read that waits gives up with ErrInterrupted, having read
+// nothing, when a channel given to Interrupt is ready; cleared, the next
+// Read waits for the bytes and gets all of them.
+func TestConnInterrupt(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+	done := make(chan struct{})
+	close(done)
+	pc.Interrupt(done, nil)
+	if n, err := pc.Read(make([]byte, 4)); n != 0 || !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted read: %d, %v; want 0, ErrInterrupted", n, err)
+	}
+	fired := make(chan time.Time, 1)
+	fired <- time.Time{}
+	pc.Interrupt(nil, fired)
+	if n, err := pc.Read(make([]byte, 4)); n != 0 || !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("read interrupted by a timer: %d, %v; want 0, ErrInterrupted", n, err)
+	}
+	if pc.Failed() {
+		t.Fatal("Failed after an interrupted read")
+	}
+	// Bytes already there are read, interrupt or not.
+	pc.Interrupt(done, nil)
+	if _, err := peer.Write([]byte("ab")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	n, err := pc.Read(buf)
+	for n == 0 && errors.Is(err, ErrInterrupted) { // the bytes may not be in yet
+		n, err = pc.Read(buf)
+	}
+	if err != nil || string(buf[:n]) != "ab" {
+		t.Fatalf("read with bytes there: %q, %v", buf[:n], err)
+	}
+	pc.Interrupt(nil, nil)
+	got := make(chan readResult, 1)
+	go func() {
+		n, err := pc.Read(buf)
+		got <- readResult{n, err}
+	}()
+	if _, err := peer.Write([]byte("cd")); err != nil {
+		t.Fatal(err)
+	}
+	if r := within(t, got, 5*time.Second, "read after the interrupt was cleared"); r.err != nil || r.n == 0 {
+		t.Fatalf("read after the interrupt was cleared: %d, %v", r.n, r.err)
+	}
+}
+
+// After Later, a blocking Read waits for the loop's word before it reads:
+// bytes that came before (their word given) are read at once, later ones
+// when they come, and an interrupt still ends the wait.
+func TestConnLater(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+	buf := make([]byte, 8)
+	for i, msg := range []string{"first", "second"} {
+		if i == 0 {
+			// Written before Later: the loop's word is waiting.
+			if _, err := peer.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pc.Later()
+		got := make(chan readResult, 1)
+		go func() {
+			n, err := pc.Read(buf)
+			got <- readResult{n, err}
+		}()
+		if i == 1 {
+			if _, err := peer.Write([]byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := within(t, got, 5*time.Second, "read after Later"); r.err != nil || string(buf[:r.n]) != msg {
+			t.Fatalf("read after Later: %q, %v; want %q", buf[:r.n], r.err, msg)
+		}
+	}
+	done := make(chan struct{})
+	close(done)
+	pc.Later()
+	pc.Interrupt(done, nil)
+	if n, err := pc.Read(buf); n != 0 || !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted read after Later: %d, %v", n, err)
+	}
+}
+
+// Drained says whether the last blocking read emptied the socket, and at
+// which Edge: not after a read that filled its buffer, nor once the peer
+// hung up (its close is still to be read).
+func TestConnDrained(t *testing.T) {
+	l := newLoop(t)
+	pc, peer := pair(t, l)
+	if got := pc.Drained(); got != ^uint64(0) {
+		t.Fatalf("Drained before any read: %d", got)
+	}
+	if _, err := peer.Write([]byte("abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := pc.Read(make([]byte, 3)); n != 3 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	if got := pc.Drained(); got != ^uint64(0) {
+		t.Fatalf("Drained after a read that filled its buffer: %d, want ^0", got)
+	}
+	before := pc.Edge()
+	if n, err := pc.Read(make([]byte, 8)); n != 3 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	// The read emptied the socket: Drained is an Edge from no earlier than
+	// the read began, so an event after it (more bytes) changes Edge.
+	d := pc.Drained()
+	if d == ^uint64(0) || d < before {
+		t.Fatalf("Drained after a short read: %d (Edge before it %d)", d, before)
+	}
+	if _, err := peer.Write([]byte("g")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "an event for the new byte", func() bool { return pc.Edge() != d })
+	if n, err := pc.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	if _, err := peer.Write([]byte("h")); err != nil {
+		t.Fatal(err)
+	}
+	peer.Close()
+	testutil.WaitFor(t, 5*time.Second, "the hang-up event", pc.HungUp)
+	if n, err := pc.Read(make([]byte, 8)); n != 1 || err != nil {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	if got := pc.Drained(); got != ^uint64(0) {
+		t.Fatalf("Drained after a short read once the peer hung up: %d, want ^0", got)
+	}
+}
+
 // In polled mode Read never waits, and the handler runs in the loop's
 // goroutine when bytes arrive, Edge counting each event.
 func TestConnPolled(t *testing.T) {

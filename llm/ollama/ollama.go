@@ -117,6 +117,8 @@ type Backend struct {
 	// too): a goroutine started per request grew its stack on that path
 	// every time.
 	firsts *gopool.Pool
+
+	answerBegun func() // a test's hook: firstHere has the answer's first byte
 }
 
 // New returns a Backend for cfg.
@@ -465,51 +467,8 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	// The request lives until the stream ends, past ctx while the prompt
 	// is read; cancelling it makes Ollama stop generating.
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	send := func() (*http.Response, error) { return b.lt.post(rctx, to, body, polled) }
-	if b.lt == nil {
-		hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			cancel(nil)
-			return nil, fmt.Errorf("ollama: build request: %w", err)
-		}
-		hreq.Header.Set("Content-Type", "application/json")
-		hreq.Header.Set("Accept", "application/x-ndjson")
-		send = func() (*http.Response, error) { return b.hc.Do(hreq) }
-	}
 	g := b.watch.sent(time.Now())
 	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
-
-	// first reads the answer's first line; it sends its result once.
-	first := make(chan error, 1)
-	b.firsts.Go(func() {
-		resp, err := send()
-		if err != nil {
-			first <- b.unreachable(err)
-			return
-		}
-		s.lines = linesOf(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			b.watch.answered(g)
-			first <- b.statusError(resp)
-			return
-		}
-		// A runtime that fails before producing anything is reported as
-		// unavailable, not as a broken stream.
-		if err := s.next(); err != nil {
-			var syntax *json.SyntaxError
-			if errors.As(err, &syntax) {
-				first <- fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", llm.ErrUnavailable, b.base, err)
-				return
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			first <- b.unreachable(err)
-			return
-		}
-		b.watch.answered(g)
-		first <- nil
-	})
 
 	var timeout <-chan time.Time
 	if b.cfg.FirstByteTimeout > 0 {
@@ -517,17 +476,14 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case err := <-first:
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-	case <-ctx.Done():
-		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
-	case <-timeout:
-		b.watch.waited(g, time.Now())
-		return nil, b.abandon(s, first, fmt.Errorf("%w: model runtime at %s sent nothing within %s", llm.ErrTimeout, b.base, b.cfg.FirstByteTimeout))
+	var err error
+	if b.lt != nil && b.lt.interrupts(polled) {
+		err = b.firstHere(ctx, s, to, body, timeout)
+	} else {
+		err = b.firstAside(ctx, s, url, to, body, polled, timeout)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := s.decode(&s.line); err != nil {
 		s.Close()
@@ -537,6 +493,124 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	s.stopAfter = stop
 	return s, nil
+}
+
+// firstHere sends s's request on a connection of the transport's loop and
+// reads its first line in the caller's goroutine, which returns on ctx's
+// end or timeout all the same: the connection's reads are interrupted
+// then. A request interrupted before any byte of its answer arrived is
+// abandoned (its answer awaited by another goroutine). One interrupted
+// later is closed: Ollama writes its answer's head with the first line,
+// so a runtime that has begun answering has read the prompt, and closing
+// does not cost it a slot (ollama/ollama#17131).
+func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, timeout <-chan time.Time) error {
+	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), timeout)
+	if errors.Is(err, evloop.ErrInterrupted) {
+		first := make(chan error, 1)
+		go func() {
+			resp, err := p.answer(readHead, false)
+			first <- b.first(s, resp, err)
+		}()
+		return b.giveUp(ctx, s, first)
+	}
+	if err == nil {
+		if b.answerBegun != nil {
+			b.answerBegun()
+		}
+		p.interrupt(ctx.Done(), timeout)
+		var resp *http.Response
+		resp, err = p.answer(readHead, false)
+		err = b.first(s, resp, err)
+		p.interrupt(nil, nil)
+	} else if ctx.Err() == nil {
+		err = b.first(s, nil, err)
+	}
+	if err == nil {
+		return nil
+	}
+	s.Close()
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("ollama: generate: %w", ctx.Err())
+	case errors.Is(err, evloop.ErrInterrupted):
+		return b.timedOut()
+	}
+	return err
+}
+
+// firstAside sends s's request and reads its first line in a pooled
+// goroutine, while the caller waits for it, ctx's end or timeout: for a
+// transport whose reads cannot be interrupted.
+func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, timeout <-chan time.Time) error {
+	send := func() (*http.Response, error) { return b.lt.post(s.ctx, to, body, polled) }
+	if b.lt == nil {
+		hreq, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			s.cancel(nil)
+			return fmt.Errorf("ollama: build request: %w", err)
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Accept", "application/x-ndjson")
+		send = func() (*http.Response, error) { return b.hc.Do(hreq) }
+	}
+	// first sends the result once.
+	first := make(chan error, 1)
+	b.firsts.Go(func() {
+		resp, err := send()
+		first <- b.first(s, resp, err)
+	})
+	select {
+	case err := <-first:
+		if err != nil {
+			s.Close()
+		}
+		return err
+	case <-ctx.Done():
+	case <-timeout:
+	}
+	return b.giveUp(ctx, s, first)
+}
+
+// first reads the first line of the answer to s's request into s, resp
+// and err being what sending it returned: nil once the line is s.line.
+func (b *Backend) first(s *stream, resp *http.Response, err error) error {
+	if err != nil {
+		return b.unreachable(err)
+	}
+	s.lines = linesOf(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		b.watch.answered(s.track)
+		return b.statusError(resp)
+	}
+	// A runtime that fails before producing anything is reported as
+	// unavailable, not as a broken stream.
+	if err := s.next(); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", llm.ErrUnavailable, b.base, err)
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return b.unreachable(err)
+	}
+	b.watch.answered(s.track)
+	return nil
+}
+
+// giveUp abandons s, whose request's answer has not begun, on ctx's end
+// or the first-byte timeout, whichever came: first will say when it does.
+func (b *Backend) giveUp(ctx context.Context, s *stream, first <-chan error) error {
+	if ctx.Err() != nil {
+		return b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
+	}
+	b.watch.waited(s.track, time.Now())
+	return b.abandon(s, first, b.timedOut())
+}
+
+// timedOut is the error of a request with no answer within FirstByteTimeout.
+func (b *Backend) timedOut() error {
+	return fmt.Errorf("%w: model runtime at %s sent nothing within %s", llm.ErrTimeout, b.base, b.cfg.FirstByteTimeout)
 }
 
 // abandonWait is how long an abandoned request is kept open for the

@@ -473,7 +473,9 @@ func (s *stream) Poll(ready func(), hot ...unsafe.Pointer) bool {
 		return false
 	}
 	s.pc = lb.pc.pc
-	s.drainedAt = ^uint64(0)
+	// The first line was read in blocking mode, which may have emptied the
+	// socket.
+	s.drainedAt = s.pc.Drained()
 	// What Ready and Recv read at every token.
 	hot = cacheline.Of(hot, s)
 	hot = cacheline.Of(hot, lb)

@@ -206,6 +206,24 @@ func (to *loopTarget) appendPost(dst, body []byte) []byte {
 // one: the stream then can be relayed from the loop's goroutine
 // (llm.Pollable).
 func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte, polled bool) (*http.Response, error) {
+	p, err := t.open(ctx, ctx, to, body, polled, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.answer(readHead, false)
+}
+
+// interrupts reports whether open can be interrupted for a polled request:
+// its connection is then the loop's (evloop.Conn.Interrupt).
+func (t *loopTransport) interrupts(polled bool) bool { return polled && t.loop != nil }
+
+// open writes post's request and waits until the first byte of its answer
+// has arrived, in the caller's goroutine. When intr closes or timer fires
+// first (only for a request interrupts accepts), it returns the request
+// written and its answer untouched, with evloop.ErrInterrupted: its
+// answer can still be read, in another goroutine. dctx bounds the dial of
+// a new connection, ctx the request.
+func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []byte, polled bool, intr <-chan struct{}, timer <-chan time.Time) (*pending, error) {
 	bp := loopBufs.Get().(*[]byte)
 	req := to.appendPost((*bp)[:0], body)
 	defer func() {
@@ -215,23 +233,87 @@ func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte, p
 		}
 	}()
 	for try := 0; ; try++ {
-		pc, reused, err := t.get(ctx, to.host, polled)
+		pc, reused, err := t.get(dctx, to.host, polled)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := t.send(pc, ctx, false, func(w net.Conn) error {
-			_, err := w.Write(req)
-			return err
-		}, readHead)
-		if err == nil {
-			return resp, nil
+		p := t.pending(pc, ctx)
+		if _, err = pc.c.Write(req); err != nil {
+			_, err = p.fail(err)
+		} else if err = p.wait(intr, timer); err == nil || errors.Is(err, evloop.ErrInterrupted) {
+			return p, err
 		}
 		// As RoundTrip: once again on a new connection if a pooled one
-		// turns out closed.
+		// turns out closed before it answered anything.
 		if !reused || try > 0 || ctx.Err() != nil || !stale(err) {
 			return nil, err
 		}
 	}
+}
+
+// pending is a request written on its connection, its answer not read yet.
+type pending struct {
+	t    *loopTransport
+	pc   *loopConn
+	ctx  context.Context
+	stop func() bool // unregisters the close on ctx's end
+}
+
+// pending registers the request about to be sent on pc: the caller's end
+// (ctx) closes the connection, which interrupts whatever it is doing and
+// tells the runtime to stop; no goroutine waits for it.
+func (t *loopTransport) pending(pc *loopConn, ctx context.Context) *pending {
+	return &pending{t: t, pc: pc, ctx: ctx, stop: context.AfterFunc(ctx, func() { pc.c.Close() })}
+}
+
+// fail closes p's connection, and reports err, or ctx's error if that is
+// why.
+func (p *pending) fail(err error) (*http.Response, error) {
+	p.stop()
+	p.pc.c.Close()
+	if p.ctx.Err() != nil {
+		return nil, p.ctx.Err()
+	}
+	return nil, err
+}
+
+// wait waits for the answer's first byte; see open for intr and timer. On
+// an error other than the interruption the connection is closed.
+func (p *pending) wait(intr <-chan struct{}, timer <-chan time.Time) error {
+	if lc := p.pc.pc; lc != nil && p.pc.br.Buffered() == 0 {
+		// The runtime has not read the request yet: nothing to read.
+		lc.Later()
+	}
+	p.interrupt(intr, timer)
+	_, err := p.pc.br.Peek(1)
+	p.interrupt(nil, nil)
+	if err != nil {
+		if errors.Is(err, evloop.ErrInterrupted) {
+			return err
+		}
+		_, err = p.fail(err)
+		return err
+	}
+	return nil
+}
+
+// interrupt makes p's blocking reads give up when intr closes or timer
+// fires (on a connection of the loop), until it is called with nils.
+func (p *pending) interrupt(intr <-chan struct{}, timer <-chan time.Time) {
+	if lc := p.pc.pc; lc != nil {
+		lc.Interrupt(intr, timer)
+	}
+}
+
+// answer reads the answer's head with read; its body is read as the
+// caller reads resp.Body. On an error the connection is closed.
+func (p *pending) answer(read func(*bufio.Reader) (*http.Response, error), reqClose bool) (*http.Response, error) {
+	resp, err := read(p.pc.br)
+	if err != nil {
+		return p.fail(err)
+	}
+	resp.Body = p.t.body(p.pc, p.ctx, p.stop, resp, reqClose)
+	return resp, nil
 }
 
 // stale reports an error of a connection that was closed by the peer
@@ -333,26 +415,11 @@ func (t *loopTransport) CloseIdleConnections() {
 // send writes a request on pc with write and reads the answer's headers.
 // On an error pc is closed.
 func (t *loopTransport) send(pc *loopConn, ctx context.Context, reqClose bool, write func(net.Conn) error, read func(*bufio.Reader) (*http.Response, error)) (*http.Response, error) {
-	// The caller's end closes the connection, which interrupts whatever it
-	// is doing and tells the runtime to stop; no goroutine waits for it.
-	stop := context.AfterFunc(ctx, func() { pc.c.Close() })
-	fail := func(err error) (*http.Response, error) {
-		stop()
-		pc.c.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, err
-	}
+	p := t.pending(pc, ctx)
 	if err := write(pc.c); err != nil {
-		return fail(err)
+		return p.fail(err)
 	}
-	resp, err := read(pc.br)
-	if err != nil {
-		return fail(err)
-	}
-	resp.Body = t.body(pc, ctx, stop, resp, reqClose)
-	return resp, nil
+	return p.answer(read, reqClose)
 }
 
 // body is resp's body on pc, its framing read here, in place in pc.br;
