@@ -22,8 +22,8 @@ import (
 // handler's next call.
 var ErrWouldBlock = errors.New("evloop: operation would block")
 
-// ErrInterrupted is what a blocking Read returns, having read nothing,
-// when a channel given to Interrupt became ready while it waited.
+// ErrInterrupted is what a blocking Read (having read nothing) or Write
+// returns when a channel given to Interrupt became ready while it waited.
 var ErrInterrupted = errors.New("evloop: read interrupted")
 
 // Conn is a TCP connection watched by a Loop instead of Go's netpoller.
@@ -60,8 +60,9 @@ type Conn struct {
 	rd, wr chan struct{} // blocking mode: the loop's word, one pending at most
 	gone   chan struct{} // closed by Close
 
-	// A blocking Read that has to wait returns ErrInterrupted when one of
-	// these is ready (Interrupt); only the reading goroutine uses them.
+	// A blocking Read or Write that has to wait returns ErrInterrupted
+	// when one of these is ready (Interrupt); only the goroutine that
+	// reads and writes uses them.
 	intr      <-chan struct{}
 	intrTimer <-chan time.Time
 	later     bool // Later; only the reading goroutine uses it
@@ -294,12 +295,13 @@ func (c *Conn) await() error {
 // goroutine that reads may call it.
 func (c *Conn) Later() { c.later = true }
 
-// Interrupt makes the blocking Reads that have to wait give up with
+// Interrupt makes a blocking Read that has to wait give up with
 // ErrInterrupted, having read nothing, when done closes or timer fires (a
-// timer's one value is taken by the Read it interrupts); nil channels
-// clear it. For a caller that waits for an answer in its own goroutine but
-// must return on its context or a deadline while the connection stays open
-// and its bytes untouched. Only the goroutine that reads may call it.
+// timer's one value is taken by the call it interrupts), and a blocking
+// Write likewise, with what it wrote; nil channels clear it. For a caller
+// that waits for an answer in its own goroutine but must return on its
+// context or a deadline while the connection stays open and the answer's
+// bytes untouched. Only the goroutine that reads and writes may call it.
 func (c *Conn) Interrupt(done <-chan struct{}, timer <-chan time.Time) {
 	c.intr, c.intrTimer = done, timer
 }
@@ -329,6 +331,10 @@ func (c *Conn) Write(p []byte) (int, error) {
 			select {
 			case <-c.wr:
 			case <-c.gone:
+			case <-c.intr:
+				return written, ErrInterrupted
+			case <-c.intrTimer:
+				return written, ErrInterrupted
 			}
 			continue
 		}

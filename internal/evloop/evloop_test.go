@@ -158,6 +158,13 @@ func TestConnInterrupt(t *testing.T) {
 	if r := within(t, got, 5*time.Second, "read after the interrupt was cleared"); r.err != nil || r.n == 0 {
 		t.Fatalf("read after the interrupt was cleared: %d, %v", r.n, r.err)
 	}
+	// A write that has to wait for room (the peer reads nothing) gives up
+	// too, with what it wrote.
+	pc.Interrupt(done, nil)
+	big := make([]byte, 64<<20)
+	if n, err := pc.Write(big); n == 0 || n == len(big) || !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted write: %d of %d, %v; want some, ErrInterrupted", n, len(big), err)
+	}
 }
 
 // After Later, a blocking Read waits for the loop's word before it reads:

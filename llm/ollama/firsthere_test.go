@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // so no synctest bubble here, and nothing below waits for a duration.
 
 // heldRuntime is a runtime on loopback whose every connection is handed
-// to the test once a request has been read from it.
+// to the test once a request has been read from it (only its head, when
+// headOnly).
 type heldRuntime struct {
 	url   string
 	conns chan *heldConn
@@ -32,7 +34,9 @@ type heldConn struct {
 	br *bufio.Reader
 }
 
-func startHeldRuntime(t *testing.T) *heldRuntime {
+func startHeldRuntime(t *testing.T) *heldRuntime { return startHeldRuntimeWith(t, false) }
+
+func startHeldRuntimeWith(t *testing.T, headOnly bool) *heldRuntime {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,7 +53,11 @@ func startHeldRuntime(t *testing.T) *heldRuntime {
 			t.Cleanup(func() { c.Close() })
 			go func() {
 				hc := &heldConn{Conn: c, br: bufio.NewReader(c)}
-				if hc.request() == nil {
+				if headOnly {
+					if _, err := http.ReadRequest(hc.br); err == nil {
+						r.conns <- hc
+					}
+				} else if hc.request() == nil {
 					r.conns <- hc
 				}
 			}()
@@ -193,6 +201,37 @@ func TestPolledGenerationLeftAfterTheHead(t *testing.T) {
 		t.Fatalf("Chat: %v, want context.Canceled, not abandoned", err)
 	}
 	conn.closedByClient(t)
+}
+
+// A caller that leaves while its request is still being written (a long
+// prompt to a runtime that does not read it) is not held either: the
+// write gives up, the request, sent in part, is closed.
+func TestPolledGenerationLeftWhileWriting(t *testing.T) {
+	rt := startHeldRuntimeWith(t, true)
+	b := polledBackend(t, rt.url, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Far more than loopback's socket buffers hold.
+	prompt := strings.Repeat("go on ", 8<<20)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Chat(ctx, &llm.Request{Messages: userSays(prompt), Polled: true})
+		errc <- err
+	}()
+	conn := <-rt.conns // the request's head read, its body not
+	cancel()
+	err := <-errc
+	var ab llm.Abandoned
+	if errors.As(err, &ab) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Chat: %v, want context.Canceled, not abandoned", err)
+	}
+	n, err := io.Copy(io.Discard, conn.br)
+	if err != nil {
+		t.Fatalf("runtime's read of the closed request: %v", err)
+	}
+	if n >= int64(len(prompt)) {
+		t.Fatalf("the runtime got %d bytes of a %d-byte prompt: the request was written whole", n, len(prompt))
+	}
 }
 
 // A polled connection the runtime closed while it was idle in the pool is

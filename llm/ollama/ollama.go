@@ -497,15 +497,17 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 
 // firstHere sends s's request on a connection of the transport's loop and
 // reads its first line in the caller's goroutine, which returns on ctx's
-// end or timeout all the same: the connection's reads are interrupted
-// then. A request interrupted before any byte of its answer arrived is
-// abandoned (its answer awaited by another goroutine). One interrupted
-// later is closed: Ollama writes its answer's head with the first line,
-// so a runtime that has begun answering has read the prompt, and closing
-// does not cost it a slot (ollama/ollama#17131).
+// end or timeout all the same: the connection's reads and writes are
+// interrupted then. A request interrupted once written, before any byte
+// of its answer arrived, is abandoned (its answer awaited by another
+// goroutine). One interrupted while it is written, or once its answer
+// has begun, is closed: a runtime that has not had the whole request
+// has not started on it, and Ollama writes its answer's head with the
+// first line, so one that has begun answering has read the prompt, and
+// closing does not cost it a slot (ollama/ollama#17131).
 func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, timeout <-chan time.Time) error {
 	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), timeout)
-	if errors.Is(err, evloop.ErrInterrupted) {
+	if p != nil && errors.Is(err, evloop.ErrInterrupted) {
 		first := make(chan error, 1)
 		go func() {
 			resp, err := p.answer(readHead, false)

@@ -221,7 +221,9 @@ func (t *loopTransport) interrupts(polled bool) bool { return polled && t.loop !
 // has arrived, in the caller's goroutine. When intr closes or timer fires
 // first (only for a request interrupts accepts), it returns the request
 // written and its answer untouched, with evloop.ErrInterrupted: its
-// answer can still be read, in another goroutine. dctx bounds the dial of
+// answer can still be read, in another goroutine. Interrupted while it
+// writes, it closes the connection and returns an error that wraps
+// evloop.ErrInterrupted, and no request. dctx bounds the dial of
 // a new connection, ctx the request.
 func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []byte, polled bool, intr <-chan struct{}, timer <-chan time.Time) (*pending, error) {
 	bp := loopBufs.Get().(*[]byte)
@@ -238,7 +240,12 @@ func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []b
 			return nil, err
 		}
 		p := t.pending(pc, ctx)
-		if _, err = pc.c.Write(req); err != nil {
+		// A write that waits (a long prompt, a runtime that does not read)
+		// gives up too; the request, sent in part, is then closed.
+		p.interrupt(intr, timer)
+		_, err = pc.c.Write(req)
+		p.interrupt(nil, nil)
+		if err != nil {
 			_, err = p.fail(err)
 		} else if err = p.wait(intr, timer); err == nil || errors.Is(err, evloop.ErrInterrupted) {
 			return p, err
