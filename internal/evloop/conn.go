@@ -24,7 +24,7 @@ var ErrWouldBlock = errors.New("evloop: operation would block")
 
 // ErrInterrupted is what a blocking Read (having read nothing) or Write
 // returns when a channel given to Interrupt became ready while it waited.
-var ErrInterrupted = errors.New("evloop: read interrupted")
+var ErrInterrupted = errors.New("evloop: interrupted")
 
 // Conn is a TCP connection watched by a Loop instead of Go's netpoller.
 //
@@ -53,8 +53,8 @@ type Conn struct {
 	// event said the peer closed or the socket failed (HungUp). Written by
 	// the loop only; atomic so that a blocking read can take it (drained).
 	ev atomic.Uint64
-	// drained is Edge when the last blocking read emptied the socket, or
-	// ^0 (Drained); only the reading goroutine writes it.
+	// drained is Edge when the last read emptied the socket, or ^0
+	// (Drained); only the reading goroutine writes it.
 	drained uint64
 
 	rd, wr chan struct{} // blocking mode: the loop's word, one pending at most
@@ -179,11 +179,11 @@ const connLines = (unsafe.Sizeof(Conn{})+cacheline.Size-2)/cacheline.Size + 1
 // arrives) another read would find it empty.
 func (c *Conn) Edge() uint64 { return c.ev.Load() >> 1 }
 
-// Drained is Edge as it was when the last read in blocking mode emptied
-// the socket (read less than it asked for, the peer not hung up), or ^0
-// when it did not: a polled reader that takes over from blocking reads
-// (its handler run after them) starts from it, and saves a read that would
-// find the socket empty.
+// Drained is Edge as it was when the last Read emptied the socket (read
+// less than it asked for, the peer not hung up), or ^0 when it did not: a
+// polled reader that takes over from blocking reads (its handler run
+// after them) starts from it, and saves a read that would find the socket
+// empty.
 func (c *Conn) Drained() uint64 { return c.drained }
 
 // HungUp reports whether an event the loop delivered said that the peer
