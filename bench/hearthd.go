@@ -205,6 +205,60 @@ func (h *Process) Stop() error {
 	return h.stopErr
 }
 
+// mallocsMetric is the Go collector's count of heap allocations.
+const mallocsMetric = "go_memstats_mallocs_total"
+
+// ReadMallocs reads hearthd's heap allocations so far from its metrics
+// listener's /metrics.
+func ReadMallocs(ctx context.Context, metricsURL string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+"/metrics", nil)
+	if err != nil {
+		return 0, fmt.Errorf("build metrics request: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("get %s: %w", req.URL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("get %s: status %d", req.URL, resp.StatusCode)
+	}
+	v, err := parseCounter(resp.Body, mallocsMetric)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", req.URL, err)
+	}
+	return v, nil
+}
+
+// parseCounter finds an unlabelled sample of name in a Prometheus text
+// exposition: one line is all it needs, so no full parser.
+func parseCounter(r io.Reader, name string) (float64, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	prefix := name + " "
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest) // value, then an optional timestamp
+		if len(f) == 0 {
+			return 0, fmt.Errorf("%s: no value", name)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %w", name, err)
+		}
+		return v, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	return 0, fmt.Errorf("no %s sample", name)
+}
+
 // ensureDir creates dir.
 func ensureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {

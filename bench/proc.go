@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"syscall"
 	"time"
-
-	"github.com/hearthd/hearth/internal/proctest"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat. The kernel fixes it
@@ -17,20 +15,26 @@ const userHZ = 100
 
 // ProcSample is a process's CPU time and memory at one moment.
 type ProcSample struct {
-	CPU   time.Duration // utime + stime
-	RSS   int64         // VmRSS, bytes
-	HWM   int64         // VmHWM (peak RSS), bytes
+	CPU time.Duration // utime + stime
+	// User and Sys are utime and stime apart: a proxy's system time is
+	// mostly the socket work any proxy does, its user time its own code.
+	User  time.Duration
+	Sys   time.Duration
+	RSS   int64 // VmRSS, bytes
+	HWM   int64 // VmHWM (peak RSS), bytes
 	Taken time.Time
 }
 
 // ReadProc samples process pid from /proc.
 func ReadProc(pid int) (ProcSample, error) {
 	s := ProcSample{Taken: time.Now()}
-	ticks, err := proctest.CPUTicks(pid)
+	utime, stime, err := cpuTicks(pid)
 	if err != nil {
 		return s, err
 	}
-	s.CPU = time.Duration(ticks) * time.Second / userHZ
+	s.User = time.Duration(utime) * time.Second / userHZ
+	s.Sys = time.Duration(stime) * time.Second / userHZ
+	s.CPU = s.User + s.Sys
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return s, fmt.Errorf("read status: %w", err)
@@ -60,6 +64,37 @@ func ReadProc(pid int) (ProcSample, error) {
 		*dst = kb << 10
 	}
 	return s, nil
+}
+
+// cpuTicks reads utime and stime, in clock ticks, from /proc/PID/stat.
+func cpuTicks(pid int) (utime, stime int64, err error) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read stat: %w", err)
+	}
+	return parseStatTicks(path, data)
+}
+
+// parseStatTicks takes utime and stime from a /proc/PID/stat line. The
+// fields are counted after the last ')': the command name may hold spaces
+// and parentheses.
+func parseStatTicks(path string, data []byte) (utime, stime int64, err error) {
+	j := bytes.LastIndexByte(data, ')')
+	if j < 0 {
+		return 0, 0, fmt.Errorf("%s: no command name", path)
+	}
+	f := bytes.Fields(data[j+1:]) // state, ppid, …: utime is [11], stime [12]
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("%s: %d fields after the command name", path, len(f))
+	}
+	if utime, err = strconv.ParseInt(string(f[11]), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("%s utime: %w", path, err)
+	}
+	if stime, err = strconv.ParseInt(string(f[12]), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("%s stime: %w", path, err)
+	}
+	return utime, stime, nil
 }
 
 // SelfCPU is this process's CPU time (user + system), at microsecond

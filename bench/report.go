@@ -178,20 +178,40 @@ func (r *Report) nginxTable(b *strings.Builder) {
 		}
 		if !header {
 			b.WriteString("Against nginx (`proxy_buffering off`, keep-alive upstream, one worker per core) in front of the same mock, same run:\n\n")
-			b.WriteString("| scenario | completions/s direct / nginx / hearthd (hearthd ÷ nginx) | added TTFT p50 nginx / hearthd | added TTFT p99 nginx / hearthd | proxy CPU-µs/token nginx / hearthd (ratio) | proxy RSS peak MiB nginx / hearthd (ratio) | errors nginx / hearthd |\n")
-			b.WriteString("|---|---|---|---|---|---|---|\n")
+			b.WriteString("| scenario | completions/s direct / nginx / hearthd (hearthd ÷ nginx) | added TTFT p50 nginx / hearthd | added TTFT p99 nginx / hearthd | proxy CPU-µs/token nginx / hearthd (ratio) | proxy RSS peak MiB nginx / hearthd (ratio) | errors nginx / hearthd | proxy CPU-µs/token user, sys nginx / hearthd | hearthd mallocs/request |\n")
+			b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 			header = true
 		}
 		t, d := s.Through, s.Direct
-		fmt.Fprintf(b, "| %s | %.0f / %.0f / %.0f (**%.2f×**) | %s / %s | %s / %s | %.1f / %.1f (**%.2f×**) | %s / %s (%.2f×) | %d / %d |\n",
+		fmt.Fprintf(b, "| %s | %.0f / %.0f / %.0f (**%.2f×**) | %s / %s | %s / %s | %.1f / %.1f (**%.2f×**) | %s / %s (%.2f×) | %d / %d | %s | %s |\n",
 			s.Scenario.Name, d.CompletionsPS, n.CompletionsPS, t.CompletionsPS, ratio(t.CompletionsPS, n.CompletionsPS),
 			us(n.TTFT.P50-d.TTFT.P50), us(t.TTFT.P50-d.TTFT.P50),
 			us(n.TTFT.P99-d.TTFT.P99), us(t.TTFT.P99-d.TTFT.P99),
 			n.CPUusPerToken(), t.CPUusPerToken(), ratio(t.CPUusPerToken(), n.CPUusPerToken()),
 			mib(n.ProxyRSSPeak), mib(t.ProxyRSSPeak), ratio(float64(t.ProxyRSSPeak), float64(n.ProxyRSSPeak)),
-			n.Errors, t.Errors)
+			n.Errors, t.Errors,
+			cpuSplit(*n, t), mallocs(s.HearthdMallocsPerRequest))
 	}
 	if header {
 		b.WriteString("\n")
 	}
+}
+
+// cpuSplit is the proxies' CPU per token as user and system time, nginx's
+// then hearthd's, or n/a for results recorded before the split was.
+func cpuSplit(n, t Side) string {
+	if n.ProxyUserS+n.ProxySysS+t.ProxyUserS+t.ProxySysS == 0 {
+		return "n/a"
+	}
+	nu, ns := n.CPUSplitusPerToken()
+	tu, ts := t.CPUSplitusPerToken()
+	return fmt.Sprintf("user %.1f / %.1f, sys %.1f / %.1f", nu, tu, ns, ts)
+}
+
+// mallocs is hearthd's allocations per request, or n/a if not measured.
+func mallocs(perRequest float64) string {
+	if perRequest <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", perRequest)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -92,6 +93,13 @@ func TestSmoke(t *testing.T) {
 			if side.ProxyCPUS < 0 || side.ProxyRSSPeak <= 0 || side.ProxyHWM < side.ProxyRSSPeak/2 {
 				t.Errorf("%s: %s process stats %+v", sc.Name, name, side)
 			}
+			if side.ProxyUserS < 0 || side.ProxySysS < 0 || math.Abs(side.ProxyUserS+side.ProxySysS-side.ProxyCPUS) > 1e-9 {
+				t.Errorf("%s: %s user %v + sys %v s is not its CPU %v s", sc.Name, name, side.ProxyUserS, side.ProxySysS, side.ProxyCPUS)
+			}
+		}
+		// Even a request that does nothing allocates: 0 means no reading.
+		if r.HearthdMallocsPerRequest <= 0 {
+			t.Errorf("%s: hearthd mallocs per request %v", sc.Name, r.HearthdMallocsPerRequest)
 		}
 		if r.Direct.ProxyRSSPeak != 0 {
 			t.Errorf("%s: the direct side measured a proxy: %+v", sc.Name, r.Direct)

@@ -51,7 +51,10 @@ type Side struct {
 	MockCPUS      float64  `json:"mock_cpu_s,omitempty"`
 	// The proxy's (hearthd's, or nginx's: master and workers summed) CPU
 	// and memory.
-	ProxyCPUS    float64 `json:"proxy_cpu_s,omitempty"`
+	ProxyCPUS float64 `json:"proxy_cpu_s,omitempty"`
+	// ProxyCPUS split into user and system time.
+	ProxyUserS   float64 `json:"proxy_user_s,omitempty"`
+	ProxySysS    float64 `json:"proxy_sys_s,omitempty"`
 	ProxyRSSPeak int64   `json:"proxy_rss_peak_bytes,omitempty"`
 	ProxyHWM     int64   `json:"proxy_hwm_bytes,omitempty"`
 }
@@ -62,6 +65,14 @@ func (s Side) CPUusPerToken() float64 {
 		return 0
 	}
 	return s.ProxyCPUS / float64(s.Tokens) * 1e6
+}
+
+// CPUSplitusPerToken is CPUusPerToken split into user and system time.
+func (s Side) CPUSplitusPerToken() (user, sys float64) {
+	if s.Tokens == 0 {
+		return 0, 0
+	}
+	return s.ProxyUserS / float64(s.Tokens) * 1e6, s.ProxySysS / float64(s.Tokens) * 1e6
 }
 
 // ScenarioResult compares the sides of a scenario: the runtime directly,
@@ -77,6 +88,10 @@ type ScenarioResult struct {
 	// hearthd's CPU per relayed token.
 	HearthdCPUSPerMTokens float64 `json:"hearthd_cpu_s_per_million_tokens"`
 	HearthdCPUusPerToken  float64 `json:"hearthd_cpu_us_per_token"`
+	// HearthdMallocsPerRequest is hearthd's heap allocations (its
+	// go_memstats_mallocs_total) over the through side per completed
+	// request; 0 if the counter could not be read.
+	HearthdMallocsPerRequest float64 `json:"hearthd_mallocs_per_request,omitempty"`
 }
 
 // Suite runs scenarios against a mock runtime, directly and through hearthd.
@@ -186,11 +201,16 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 		time.Sleep(time.Second)
 	}
 	lc.Target, lc.Key = h.URL+"/api/v1", s.key
+	mallocs0, mallocsErr := ReadMallocs(ctx, h.MetricsURL)
 	var profiled func() error
 	if s.ProfileDir != "" {
 		profiled = profileHearthd(ctx, h.MetricsURL, s.ProfileDir, sc)
 	}
 	through, err := MeasureSide(ctx, lc, s.MockPID, h.PID)
+	var mallocs1 float64
+	if mallocsErr == nil && err == nil {
+		mallocs1, mallocsErr = ReadMallocs(ctx, h.MetricsURL)
+	}
 	if profiled != nil {
 		if perr := profiled(); perr != nil {
 			s.Log.Warn("profile hearthd", "scenario", sc.Name, "err", perr)
@@ -205,6 +225,13 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 	if through.Tokens > 0 {
 		res.HearthdCPUSPerMTokens = through.CPUusPerToken()
 		res.HearthdCPUusPerToken = res.HearthdCPUSPerMTokens
+	}
+	// A missing figure is not worth the run: the report shows n/a.
+	switch {
+	case mallocsErr != nil:
+		s.Log.Warn("hearthd mallocs per request", "scenario", sc.Name, "err", mallocsErr)
+	case through.Completed > 0:
+		res.HearthdMallocsPerRequest = (mallocs1 - mallocs0) / float64(through.Completed)
 	}
 	s.Log.Info("scenario done", "name", sc.Name,
 		"direct_ttft_p50_us", direct.TTFT.P50, "through_ttft_p50_us", through.TTFT.P50,
@@ -273,6 +300,8 @@ func MeasureSide(ctx context.Context, lc LoadConfig, mockPID int, proxyPIDs ...i
 			return side, err
 		}
 		side.ProxyCPUS = (p.CPU - proxy0.CPU).Seconds()
+		side.ProxyUserS = (p.User - proxy0.User).Seconds()
+		side.ProxySysS = (p.Sys - proxy0.Sys).Seconds()
 		side.ProxyRSSPeak = max(peak, p.RSS)
 		side.ProxyHWM = p.HWM
 	}
@@ -290,6 +319,8 @@ func readProcs(pids []int) (ProcSample, error) {
 			return sum, err
 		}
 		sum.CPU += p.CPU
+		sum.User += p.User
+		sum.Sys += p.Sys
 		sum.RSS += p.RSS
 		sum.HWM += p.HWM
 	}

@@ -145,6 +145,8 @@ func scenarios(scale float64, only string, noFile uint64) []bench.Scenario {
 		{Name: "c1", Concurrency: 1, Duration: d(10), Tokens: 16, Mock: paced(200)},
 		{Name: "c100", Concurrency: 100, Duration: d(8), Ramp: d(0.5), Tokens: 32, Mock: paced(100)},
 		{Name: "c1000", Concurrency: 1000, Duration: d(12), Ramp: d(2), Tokens: 16, Mock: paced(10)},
+		// One token per request: the proxy's CPU per token is its CPU per request.
+		{Name: "req2000", Concurrency: 1000, Rate: 2000, Duration: d(10), Tokens: 1, Mock: paced(10)},
 		{Name: "c10000", Concurrency: maxStreams(10000, noFile), Duration: d(20), Ramp: d(5), Tokens: 8, Mock: paced(1)},
 		{Name: "open200", Concurrency: 5000, Rate: 200, Duration: d(8), Tokens: 32, Mock: paced(100)},
 		// Max throughput: the mock writes as fast as it can.

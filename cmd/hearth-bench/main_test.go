@@ -28,6 +28,24 @@ func TestMaxStreamsFitsOpenFileLimit(t *testing.T) {
 	}
 }
 
+func TestReq2000FollowsC1000(t *testing.T) {
+	all := scenarios(1, "", 1<<17)
+	for i, sc := range all {
+		if sc.Name != "c1000" {
+			continue
+		}
+		if i+1 >= len(all) {
+			t.Fatal("nothing after c1000")
+		}
+		r := all[i+1]
+		if r.Name != "req2000" || r.Tokens != 1 || r.Rate != 2000 || r.Concurrency != 1000 {
+			t.Fatalf("after c1000: %+v, want req2000, 1 token at 2000 req/s", r)
+		}
+		return
+	}
+	t.Fatal("no c1000 scenario")
+}
+
 func TestParseVariants(t *testing.T) {
 	got, err := parseVariants("pebble, postgres,postgres-3")
 	if err != nil {
