@@ -4,15 +4,18 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/hearthd/hearth/llm"
 )
@@ -263,13 +266,17 @@ func keepAlive(rf *readerField, hc net.Conn, idle, read time.Duration) (net.Conn
 		_ = c.SetReadDeadline(time.Now().Add(idle))
 	}
 	// A connection kept before is unwrapped: one layer at most.
+	var (
+		rc syscall.RawConn
+		fd int
+	)
 	switch k := c.(type) {
 	case *keptConn:
-		c, pending = k.Conn, append(pending, k.pending...)
+		c, pending, rc, fd = k.Conn, append(pending, k.pending...), k.rc, k.fd
 	case keptTLSConn:
 		c, pending = k.Conn, append(pending, k.pending...)
 	}
-	k := &keptConn{Conn: c, idle: idle, pending: pending}
+	k := &keptConn{Conn: c, idle: idle, pending: pending, rc: rc, fd: fd}
 	k.first.Store(true)
 	if tc, ok := c.(*tls.Conn); ok {
 		return keptTLSConn{k, tc}, nil
@@ -371,6 +378,48 @@ type keptConn struct {
 	// idleSet, once the connection is handed back, holds it until its
 	// next request starts to arrive (keptSet).
 	idleSet *keptSet
+	// rc is Conn's raw connection (raw), carried to the connection's next
+	// keptConn; ahead is the pooled buffer pending is in, and aheadN,
+	// aheadErr its read's result (readAhead, readOnce).
+	rc       syscall.RawConn
+	ahead    *[aheadSize]byte
+	aheadN   int
+	aheadErr error
+	// fd is Conn's socket once asked for (socket), carried to the next
+	// keptConn of the connection; 0: not known yet.
+	fd int
+}
+
+// socket returns k's socket descriptor (not for TLS), looked up once per
+// connection: the peer watch and the event loop's relay want it at every
+// request, and each lookup through the connection allocates.
+func (k *keptConn) socket() (int, bool) {
+	if k.fd > 0 {
+		return k.fd, true
+	}
+	rc := k.raw()
+	if rc == nil {
+		return 0, false
+	}
+	fd := -1
+	if rc.Control(func(s uintptr) { fd = int(s) }) != nil || fd <= 0 {
+		return 0, false
+	}
+	k.fd = fd
+	return fd, true
+}
+
+// raw returns Conn's raw connection, looked up once per connection; nil
+// where it has none (TLS).
+func (k *keptConn) raw() syscall.RawConn {
+	if k.rc == nil {
+		if sc, ok := k.Conn.(syscall.Conn); ok {
+			if rc, err := sc.SyscallConn(); err == nil {
+				k.rc = rc
+			}
+		}
+	}
+	return k.rc
 }
 
 // kept returns the keptConn in c, as keepAlive returns it.
@@ -391,6 +440,7 @@ type keptSet struct {
 	mu       sync.Mutex
 	draining bool
 	conns    map[*keptConn]struct{}
+	ahead    sync.Pool // *[aheadSize]byte: keptConn.readAhead's buffers
 }
 
 // add holds k until its next request arrives or it closes, and reports
@@ -439,14 +489,90 @@ func (k *keptConn) Read(p []byte) (int, error) {
 	if len(k.pending) > 0 {
 		n := copy(p, k.pending)
 		k.pending = k.pending[n:]
+		if len(k.pending) == 0 && k.ahead != nil {
+			k.idleSet.ahead.Put(k.ahead)
+			k.ahead, k.pending = nil, nil
+		}
 		k.started()
 		return n, nil
+	}
+	if len(p) == 1 && k.idleSet != nil {
+		if n, err, ok := k.readAhead(p); ok {
+			return n, err
+		}
 	}
 	n, err := k.Conn.Read(p)
 	if n > 0 {
 		k.started()
 	}
 	return n, err
+}
+
+// aheadSize is readAhead's buffer: a chat request's head and a short body.
+const aheadSize = 4096
+
+// readAhead serves fasthttp's one-byte read, with which it waits for a
+// connection's next request (one byte, so that an idle connection holds
+// no buffer), without the second system call fasthttp then makes for the
+// rest: a pooled buffer is taken only once the socket is readable, and
+// what came with the first byte is read into it in the same call and
+// served to the reads that follow. ok is false where the connection
+// offers no raw access (TLS): read it as usual.
+func (k *keptConn) readAhead(p []byte) (n int, err error, ok bool) {
+	rc := k.raw()
+	if rc == nil {
+		return 0, nil, false
+	}
+	k.aheadN, k.aheadErr = 0, nil
+	err = rc.Read(k.readOnce)
+	buf := k.ahead
+	switch {
+	case err != nil: // the deadline, or closed
+	case k.aheadErr != nil:
+		err = &net.OpError{Op: "read", Net: "tcp", Source: k.LocalAddr(), Addr: k.RemoteAddr(), Err: os.NewSyscallError("read", k.aheadErr)}
+	case k.aheadN == 0:
+		err = io.EOF
+	}
+	if err != nil {
+		if buf != nil {
+			k.idleSet.ahead.Put(buf)
+			k.ahead = nil
+		}
+		return 0, err, true
+	}
+	p[0] = buf[0]
+	if k.aheadN > 1 {
+		k.pending = buf[1:k.aheadN]
+	} else {
+		k.idleSet.ahead.Put(buf)
+		k.ahead = nil
+	}
+	k.started()
+	return 1, nil, true
+}
+
+// readOnce is readAhead's attempt at the socket fd, into a pooled buffer
+// (k.ahead) that it gives back if it finds nothing; false: wait for the
+// socket to be readable.
+func (k *keptConn) readOnce(fd uintptr) bool {
+	buf, _ := k.idleSet.ahead.Get().(*[aheadSize]byte)
+	if buf == nil {
+		buf = new([aheadSize]byte)
+	}
+	var n int
+	var err error
+	for {
+		n, err = unix.Read(int(fd), buf[:])
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err == unix.EAGAIN {
+		k.idleSet.ahead.Put(buf)
+		return false
+	}
+	k.ahead, k.aheadN, k.aheadErr = buf, max(n, 0), err
+	return true
 }
 
 // started notes that the next request has begun to arrive.

@@ -109,13 +109,19 @@ func pipelineStreamsAndModels(t *testing.T, conn net.Conn, br *bufio.Reader, str
 	}
 	for i := range 2 {
 		readStream(t, br)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("pipelined request %d: %v", i, err)
-		}
-		if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
-			t.Fatalf("pipelined models %d: %d %v", i, resp.StatusCode, m)
-		}
+		readModels(t, br, fmt.Sprintf("pipelined models %d", i))
+	}
+}
+
+// readModels reads one answer to GET /models and checks it is the list.
+func readModels(t *testing.T, br *bufio.Reader, what string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if m := decodeJSON(t, resp.Body); resp.StatusCode != 200 || m["object"] != "list" {
+		t.Fatalf("%s: %d %v", what, resp.StatusCode, m)
 	}
 }
 

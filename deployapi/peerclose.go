@@ -142,9 +142,18 @@ func (w *peerWatcher) setup() error {
 // returned stop must be called before conn is read again; onClose may
 // still run once if the close and stop cross.
 func (w *peerWatcher) watch(conn net.Conn, onClose func()) (stop func()) {
-	rc := rawConn(conn)
-	if rc == nil {
-		return func() {}
+	// A kept connection knows its socket (keptConn.socket): no lookup.
+	var rc syscall.RawConn
+	fd := -1
+	if k, ok := conn.(*keptConn); ok {
+		if s, ok := k.socket(); ok {
+			fd = s
+		}
+	}
+	if fd < 0 {
+		if rc = rawConn(conn); rc == nil {
+			return func() {}
+		}
 	}
 	w.mu.Lock()
 	if w.ep == nil && w.err == nil {
@@ -155,9 +164,16 @@ func (w *peerWatcher) watch(conn net.Conn, onClose func()) (stop func()) {
 		return watchPeerClose(conn, onClose)
 	}
 	id := w.nextID()
-	var addErr error
-	err := rc.Control(func(s uintptr) { addErr = w.arm(int(s), id) })
-	if err != nil || addErr != nil {
+	var err error
+	if rc == nil {
+		err = w.arm(fd, id)
+	} else {
+		var addErr error
+		if err = rc.Control(func(s uintptr) { addErr = w.arm(int(s), id) }); err == nil {
+			err = addErr
+		}
+	}
+	if err != nil {
 		w.mu.Unlock()
 		return watchPeerClose(conn, onClose)
 	}

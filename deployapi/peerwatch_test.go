@@ -96,20 +96,44 @@ func TestPeerWatcherSeesTheClientGo(t *testing.T) {
 
 // A kept connection's socket stays in the watcher's epoll instance between
 // requests: the next request's watch re-arms it, a stopped watch's
-// callback never runs, and the close is still seen.
+// callback never runs, and the close is still seen. Also with the socket
+// given as a keptConn, which looks its descriptor up once and carries it
+// to the connection's next keptConn (keepAlive).
 func TestPeerWatchRearmsAKeptConnection(t *testing.T) {
+	for _, kept := range []bool{false, true} {
+		t.Run(map[bool]string{false: "conn", true: "keptConn"}[kept], func(t *testing.T) {
+			testPeerWatchRearms(t, kept)
+		})
+	}
+}
+
+func testPeerWatchRearms(t *testing.T, kept bool) {
 	var w peerWatcher
 	defer w.close()
 	c, s := tcpPair(t)
-	first := make(chan struct{})
-	w.watch(s, func() { close(first) })() // a request that ended
 	fd := fdOf(t, s)
+	req1, req2 := net.Conn(s), net.Conn(s)
+	if kept {
+		k1 := &keptConn{Conn: s}
+		req1 = k1
+		defer func() {
+			if k1.fd != fd {
+				t.Errorf("keptConn's socket %d, want %d", k1.fd, fd)
+			}
+		}()
+		// The next request's keptConn, as keepAlive makes it, once a
+		// watch has looked the socket up.
+		w.watch(req1, func() {})()
+		req2 = &keptConn{Conn: s, fd: k1.fd}
+	}
+	first := make(chan struct{})
+	w.watch(req1, func() { close(first) })() // a request that ended
 	// Still in ep: adding it again is refused.
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLRDHUP}); err != unix.EEXIST {
 		t.Fatalf("adding the socket again after the watch stopped: %v, want EEXIST (it stays in ep)", err)
 	}
 	second := make(chan struct{})
-	stop := w.watch(s, func() { close(second) })
+	stop := w.watch(req2, func() { close(second) })
 	defer stop()
 	c.Close()
 	closedWithin(t, second, "the re-armed watch did not see the close")
@@ -123,7 +147,11 @@ func TestPeerWatchRearmsAKeptConnection(t *testing.T) {
 	s.Close()
 	c2, s2 := tcpPair(t)
 	third := make(chan struct{})
-	stop3 := w.watch(s2, func() { close(third) })
+	req3 := net.Conn(s2)
+	if kept {
+		req3 = &keptConn{Conn: s2}
+	}
+	stop3 := w.watch(req3, func() { close(third) })
 	defer stop3()
 	c2.Close()
 	closedWithin(t, third, "a new connection's watch did not see its close")

@@ -71,10 +71,13 @@ func (a *API) startPollRelay(hc net.Conn, b *sseBody, srv *fasthttp.Server) bool
 	if u, ok := hc.(interface{ UnsafeConn() net.Conn }); ok {
 		conn = u.UnsafeConn()
 	}
-	if k, ok := conn.(*keptConn); ok {
+	var fd int
+	if k, isKept := conn.(*keptConn); isKept {
 		conn = k.Conn
+		fd, ok = k.socket()
+	} else {
+		fd, ok = socketFD(conn)
 	}
-	fd, ok := socketFD(conn)
 	if !ok {
 		return false
 	}

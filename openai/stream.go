@@ -38,8 +38,10 @@ func (e *ChunkEncoder) CacheLines(dst []unsafe.Pointer) []unsafe.Pointer {
 // NewChunkEncoder prepares the encoder for completion id. An empty
 // fingerprint is sent as null.
 func NewChunkEncoder(id string, created int64, model, fingerprint string, includeUsage bool) *ChunkEncoder {
-	h := make([]byte, 0, 160+len(id)+len(model)+len(fingerprint))
-	h = append(h, `data: {"id":`...)
+	// On the stack unless the names are long; one string holds both the
+	// head and the choice's prefix, which begins with it.
+	var buf [256]byte
+	h := append(buf[:0], `data: {"id":`...)
 	h = appendString(h, id)
 	h = append(h, `,"object":"chat.completion.chunk","created":`...)
 	h = appendInt(h, created)
@@ -48,14 +50,15 @@ func NewChunkEncoder(id string, created int64, model, fingerprint string, includ
 	h = append(h, `,"system_fingerprint":`...)
 	h = appendStringOrNull(h, fingerprint)
 	h = append(h, ',')
-	head := string(h)
+	n := len(h)
+	choice := string(append(h, `"choices":[{"index":0,"delta":`...))
 	end := "}]}\n\n"
 	if includeUsage {
 		end = `}],"usage":null}` + "\n\n"
 	}
 	return &ChunkEncoder{
-		choice: head + `"choices":[{"index":0,"delta":`,
-		head:   head,
+		choice: choice,
+		head:   choice[:n],
 		end:    end,
 	}
 }

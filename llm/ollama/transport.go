@@ -911,10 +911,16 @@ func parseHead(buf []byte) (resp *http.Response, n int, ok bool) {
 	if code < 200 || code == 204 || code == 304 || (len(status) > 3 && status[3] != ' ') || !plainValue(status) {
 		return nil, 0, false
 	}
+	// No header is kept (nothing reads them), and Ollama's status line
+	// costs no copy.
+	st := "200 OK"
+	if string(status) != st {
+		st = string(status)
+	}
 	resp = &http.Response{
-		Status: string(status), StatusCode: code,
+		Status: st, StatusCode: code,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{}, ContentLength: -1,
+		ContentLength: -1,
 	}
 	for len(rest) > 0 {
 		line, rest = cutLine(rest)
