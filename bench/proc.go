@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/hearthd/hearth/internal/proctest"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat. The kernel fixes it
@@ -28,7 +30,7 @@ type ProcSample struct {
 // ReadProc samples process pid from /proc.
 func ReadProc(pid int) (ProcSample, error) {
 	s := ProcSample{Taken: time.Now()}
-	utime, stime, err := cpuTicks(pid)
+	utime, stime, err := proctest.CPUTimes(pid)
 	if err != nil {
 		return s, err
 	}
@@ -64,37 +66,6 @@ func ReadProc(pid int) (ProcSample, error) {
 		*dst = kb << 10
 	}
 	return s, nil
-}
-
-// cpuTicks reads utime and stime, in clock ticks, from /proc/PID/stat.
-func cpuTicks(pid int) (utime, stime int64, err error) {
-	path := fmt.Sprintf("/proc/%d/stat", pid)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read stat: %w", err)
-	}
-	return parseStatTicks(path, data)
-}
-
-// parseStatTicks takes utime and stime from a /proc/PID/stat line. The
-// fields are counted after the last ')': the command name may hold spaces
-// and parentheses.
-func parseStatTicks(path string, data []byte) (utime, stime int64, err error) {
-	j := bytes.LastIndexByte(data, ')')
-	if j < 0 {
-		return 0, 0, fmt.Errorf("%s: no command name", path)
-	}
-	f := bytes.Fields(data[j+1:]) // state, ppid, …: utime is [11], stime [12]
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("%s: %d fields after the command name", path, len(f))
-	}
-	if utime, err = strconv.ParseInt(string(f[11]), 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("%s utime: %w", path, err)
-	}
-	if stime, err = strconv.ParseInt(string(f[12]), 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("%s stime: %w", path, err)
-	}
-	return utime, stime, nil
 }
 
 // SelfCPU is this process's CPU time (user + system), at microsecond

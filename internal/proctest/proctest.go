@@ -138,19 +138,26 @@ func Children(pid int) []int {
 // CPUTicks returns the CPU time (user + system, in clock ticks) process pid
 // has used so far.
 func CPUTicks(pid int) (int64, error) {
+	utime, stime, err := CPUTimes(pid)
+	return utime + stime, err
+}
+
+// CPUTimes returns the user and the system CPU time (utime and stime, in
+// clock ticks) process pid has used so far.
+func CPUTimes(pid int) (utime, stime int64, err error) {
 	f, err := statFields("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
-	return utime + stime, nil
+	return utime, stime, nil
 }
 
 // statFields returns the fields of a /proc/PID/stat file after "(comm)"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -182,5 +183,32 @@ func TestWaitReady(t *testing.T) {
 	err = WaitReady("x", running, 0, func() error { return errors.New("refused") })
 	if err == nil || !strings.Contains(err.Error(), "not ready") || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("WaitReady past its timeout = %v", err)
+	}
+}
+
+// The fields are counted after the last ')': a command name with a space
+// and a ')' does not shift them; CPUTimes splits what CPUTicks sums.
+func TestStatFields(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "stat")
+	line := "4242 (a) b) S 1 4242 4242 0 -1 4194560 100 0 0 0 731 58 0 0 20 0 9 0 123 456 789\n"
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := statFields(path)
+	if err != nil || len(f) < 13 || f[0] != "S" || f[11] != "731" || f[12] != "58" {
+		t.Fatalf("statFields = %q, %v; want state S, utime 731, stime 58", f, err)
+	}
+	if err := os.WriteFile(path, []byte("4242 no name S 1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := statFields(path); err == nil {
+		t.Fatal("a stat line without a command name accepted")
+	}
+	u, s, err := CPUTimes(os.Getpid())
+	if err != nil || u < 0 || s < 0 {
+		t.Fatalf("CPUTimes(self) = %d, %d, %v", u, s, err)
+	}
+	if _, _, err := CPUTimes(1 << 30); err == nil {
+		t.Fatal("CPUTimes of a pid that cannot exist succeeded")
 	}
 }
