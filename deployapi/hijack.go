@@ -497,7 +497,7 @@ func (k *keptConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if len(p) == 1 && k.idleSet != nil {
-		if n, err, ok := k.readAhead(p); ok {
+		if n, ok, err := k.readAhead(p); ok {
 			return n, err
 		}
 	}
@@ -518,10 +518,10 @@ const aheadSize = 4096
 // what came with the first byte is read into it in the same call and
 // served to the reads that follow. ok is false where the connection
 // offers no raw access (TLS): read it as usual.
-func (k *keptConn) readAhead(p []byte) (n int, err error, ok bool) {
+func (k *keptConn) readAhead(p []byte) (n int, ok bool, err error) {
 	rc := k.raw()
 	if rc == nil {
-		return 0, nil, false
+		return 0, false, nil
 	}
 	k.aheadN, k.aheadErr = 0, nil
 	err = rc.Read(k.readOnce)
@@ -538,7 +538,7 @@ func (k *keptConn) readAhead(p []byte) (n int, err error, ok bool) {
 			k.idleSet.ahead.Put(buf)
 			k.ahead = nil
 		}
-		return 0, err, true
+		return 0, true, err
 	}
 	p[0] = buf[0]
 	if k.aheadN > 1 {
@@ -548,7 +548,7 @@ func (k *keptConn) readAhead(p []byte) (n int, err error, ok bool) {
 		k.ahead = nil
 	}
 	k.started()
-	return 1, nil, true
+	return 1, true, nil
 }
 
 // readOnce is readAhead's attempt at the socket fd, into a pooled buffer
