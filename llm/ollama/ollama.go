@@ -470,14 +470,17 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	g := b.watch.sent(time.Now())
 	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
 
-	// Closed at the first-byte deadline (nil without one): the watch keeps
-	// one timer for every generation's.
-	late := g.late
+	var timeout <-chan time.Time
+	if b.cfg.FirstByteTimeout > 0 {
+		t := time.NewTimer(b.cfg.FirstByteTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	var err error
 	if b.lt != nil && b.lt.interrupts(polled) {
-		err = b.firstHere(ctx, s, to, body, late)
+		err = b.firstHere(ctx, s, to, body, timeout)
 	} else {
-		err = b.firstAside(ctx, s, url, to, body, polled, late)
+		err = b.firstAside(ctx, s, url, to, body, polled, timeout)
 	}
 	if err != nil {
 		return nil, err
@@ -502,8 +505,8 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 // has not started on it, and Ollama writes its answer's head with the
 // first line, so one that has begun answering has read the prompt, and
 // closing does not cost it a slot (ollama/ollama#17131).
-func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, late <-chan struct{}) error {
-	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), late)
+func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, timeout <-chan time.Time) error {
+	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), timeout)
 	if p != nil && errors.Is(err, evloop.ErrInterrupted) {
 		first := make(chan error, 1)
 		go func() {
@@ -516,7 +519,7 @@ func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body
 		if b.answerBegun != nil {
 			b.answerBegun()
 		}
-		p.interrupt(ctx.Done(), late)
+		p.interrupt(ctx.Done(), timeout)
 		var resp *http.Response
 		resp, err = p.answer(readHead, false)
 		err = b.first(s, resp, err)
@@ -540,7 +543,7 @@ func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body
 // firstAside sends s's request and reads its first line in a pooled
 // goroutine, while the caller waits for it, ctx's end or timeout: for a
 // transport whose reads cannot be interrupted.
-func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, late <-chan struct{}) error {
+func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, timeout <-chan time.Time) error {
 	send := func() (*http.Response, error) { return b.lt.post(s.ctx, to, body, polled) }
 	if b.lt == nil {
 		hreq, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -565,7 +568,7 @@ func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loo
 		}
 		return err
 	case <-ctx.Done():
-	case <-late:
+	case <-timeout:
 	}
 	return b.giveUp(ctx, s, first)
 }
