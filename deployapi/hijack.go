@@ -61,11 +61,19 @@ func (a *API) hijackStream(ctx *fasthttp.RequestCtx, b *sseBody) {
 	}
 	// fasthttp starts the hijack handler once this handler returns; should
 	// it not (the connection failed in between), the completion must still
-	// end, or its slot would stay taken.
-	start := startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
+	// end, or its slot would stay taken. On a connection kept after a
+	// stream, which after the first stream is every request's, serveKept
+	// sees that when the server returns it; elsewhere a timer does.
+	k := keptOf(ctx.Conn())
+	var start func() bool
+	if k != nil {
+		k.hijackAsked(b)
+	} else {
+		start = startWithin(a.cfg.WriteStallTimeout, func() { b.Close() })
+	}
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(hc net.Conn) {
-		if !start() {
+		if k != nil && !k.hijackStarts() || k == nil && !start() {
 			hc.Close()
 			return
 		}
@@ -388,6 +396,10 @@ type keptConn struct {
 	// fd is Conn's socket once asked for (socket), carried to the next
 	// keptConn of the connection; 0: not known yet.
 	fd int
+	// hijack is where the hijack of a stream asked for on the connection
+	// stands (hijackAsked), hijackBody that stream.
+	hijack     atomic.Int32
+	hijackBody *sseBody
 }
 
 // socket returns k's socket descriptor (not for TLS), looked up once per
@@ -428,6 +440,53 @@ func kept(c net.Conn) *keptConn {
 		return t.keptConn
 	}
 	return c.(*keptConn)
+}
+
+// keptOf is kept for any connection the server serves: nil for one that
+// was not handed back after a stream.
+func keptOf(c net.Conn) *keptConn {
+	switch k := c.(type) {
+	case *keptConn:
+		return k
+	case keptTLSConn:
+		return k.keptConn
+	}
+	return nil
+}
+
+// Where the hijack of a stream asked for on a kept connection stands
+// (keptConn.hijack).
+const (
+	hijackNone int32 = iota
+	hijackAsked
+	hijackStarted
+	hijackDropped
+)
+
+// hijackAsked notes that b's handler asked the server to hijack k: the
+// hijack's handler then starts (hijackStarts), or the server returns
+// without starting it and serveKept ends b (served).
+func (k *keptConn) hijackAsked(b *sseBody) {
+	k.hijackBody = b
+	k.hijack.Store(hijackAsked)
+}
+
+// hijackStarts reports whether the hijack's handler may begin: false if
+// served ended its stream already.
+func (k *keptConn) hijackStarts() bool {
+	return k.hijack.CompareAndSwap(hijackAsked, hijackStarted)
+}
+
+// served is called when the server's ServeConn of k returned err. fasthttp
+// starts a hijack's handler, and then returns nil, unless setting up the
+// connection for it failed, which it returns: the stream then never starts
+// and is ended here. The timer that startWithin would set a request
+// instead is a timer added and stopped, and four allocations, on every
+// request's path.
+func (k *keptConn) served(err error) {
+	if err != nil && k.hijack.CompareAndSwap(hijackAsked, hijackDropped) {
+		k.hijackBody.Close()
+	}
 }
 
 // keptSet holds the connections handed back after a stream that wait for

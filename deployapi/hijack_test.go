@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -16,8 +17,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/internal/testutil"
+	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/fake"
+	"github.com/hearthd/hearth/metrics"
 )
 
 // dialRaw dials the test API and returns the connection with a reader.
@@ -454,5 +458,89 @@ func TestStreamCountedBeforeItsEnd(t *testing.T) {
 		if got := counterValue(t, ta, "hearth_chat_completions_total", labels); got != float64(i+1) {
 			t.Fatalf("after stream %d ended: %v counted", i+1, got)
 		}
+	}
+}
+
+// failingConn is a connection whose SetDeadline fails once fail is set, as
+// a connection closed in between would.
+type failingConn struct {
+	net.Conn
+	fail *atomic.Bool
+}
+
+func (f failingConn) SetDeadline(t time.Time) error {
+	if f.fail.Load() {
+		return net.ErrClosed
+	}
+	return f.Conn.SetDeadline(t)
+}
+
+type failingListener struct {
+	net.Listener
+	fail *atomic.Bool
+}
+
+func (l failingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return failingConn{c, l.fail}, nil
+}
+
+// A stream on a connection kept after a stream whose hijack the server
+// never starts (setting the connection up for it failed) still ends, and
+// gives its slot back: the server's return tells, without a timer per
+// request.
+func TestKeptStreamEndsWhenItsHijackNeverStarts(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	rt := fake.New(fake.Config{Tokens: []string{"x"}, TokenCount: 3, Hold: hold,
+		HoldIf: func(r *llm.Request) bool { return r.Messages[0].Content == "hold" }})
+	keys := apikeys.NewStatic()
+	secret, _ := keys.Add("test")
+	api := NewAPI(APIConfig{Model: testModel, Version: "test", MaxConcurrent: 1, MaxQueue: 1, MaxBodyBytes: 64 << 10,
+		WriteStallTimeout: time.Hour}, rt, keys, metrics.NewNode("test"), slog.New(slog.DiscardHandler))
+	api.SetWarm(true)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	srv := api.Server(5*time.Second, 5*time.Second)
+	go func() { _ = srv.Serve(failingListener{ln, &fail}) }()
+	t.Cleanup(func() {
+		api.Close()
+		_ = srv.Shutdown()
+	})
+	root := "http://" + ln.Addr().String()
+	ta := &testAPI{url: root + "/api/v1", root: root, secret: secret}
+	conn, br := ta.dialRaw(t)
+	stream := func(content string) string {
+		return ta.rawPost("/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"`+content+`"}]}`)
+	}
+	if _, err := io.WriteString(conn, stream("hi")); err != nil {
+		t.Fatal(err)
+	}
+	readStream(t, br) // the connection is kept now
+	first := rt.LastStream()
+	fail.Store(true)
+	if _, err := io.WriteString(conn, stream("hold")); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the held generation to start", func() bool {
+		return rt.LastStream() != first
+	})
+	select {
+	case <-rt.LastStream().Done():
+	case <-time.After(10 * time.Second): // a bound for a broken build
+		t.Fatal("the stream whose hijack never started still runs")
+	}
+	// Its slot is free again: the only one there is serves a new client.
+	fail.Store(false)
+	resp := ta.post(t, `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`, nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the dropped stream: %d", resp.StatusCode)
 	}
 }

@@ -302,7 +302,7 @@ func (a *API) serveKept(srv *fasthttp.Server, next net.Conn) {
 	// Another goroutine (of the pool), so that fasthttp releases this
 	// request's context now rather than when the connection closes.
 	a.serving.Go(func() {
-		_ = srv.ServeConn(next)
+		k.served(srv.ServeConn(next))
 		a.kept.remove(k)
 	})
 }
