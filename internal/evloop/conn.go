@@ -63,9 +63,8 @@ type Conn struct {
 	// A blocking Read or Write that has to wait returns ErrInterrupted
 	// when one of these is ready (Interrupt); only the goroutine that
 	// reads and writes uses them.
-	intr      <-chan struct{}
-	intrTimer <-chan time.Time
-	later     bool // Later; only the reading goroutine uses it
+	intr, intrLate <-chan struct{}
+	later          bool // Later; only the reading goroutine uses it
 }
 
 var _ net.Conn = (*Conn)(nil)
@@ -281,7 +280,7 @@ func (c *Conn) await() error {
 	case <-c.gone:
 	case <-c.intr:
 		return ErrInterrupted
-	case <-c.intrTimer:
+	case <-c.intrLate:
 		return ErrInterrupted
 	}
 	return nil
@@ -296,14 +295,14 @@ func (c *Conn) await() error {
 func (c *Conn) Later() { c.later = true }
 
 // Interrupt makes a blocking Read that has to wait give up with
-// ErrInterrupted, having read nothing, when done closes or timer fires (a
-// timer's one value is taken by the call it interrupts), and a blocking
-// Write likewise, with what it wrote; nil channels clear it. For a caller
-// that waits for an answer in its own goroutine but must return on its
-// context or a deadline while the connection stays open and the answer's
-// bytes untouched. Only the goroutine that reads and writes may call it.
-func (c *Conn) Interrupt(done <-chan struct{}, timer <-chan time.Time) {
-	c.intr, c.intrTimer = done, timer
+// ErrInterrupted, having read nothing, when done or late closes, and a
+// blocking Write likewise, with what it wrote; nil channels clear it. For
+// a caller that waits for an answer in its own goroutine but must return
+// on its context or a deadline (late) while the connection stays open and
+// the answer's bytes untouched. Only the goroutine that reads and writes
+// may call it.
+func (c *Conn) Interrupt(done, late <-chan struct{}) {
+	c.intr, c.intrLate = done, late
 }
 
 // Write writes p, waiting for room in blocking mode. In polled mode it
@@ -333,7 +332,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			case <-c.gone:
 			case <-c.intr:
 				return written, ErrInterrupted
-			case <-c.intrTimer:
+			case <-c.intrLate:
 				return written, ErrInterrupted
 			}
 			continue

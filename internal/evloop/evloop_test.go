@@ -124,11 +124,9 @@ func TestConnInterrupt(t *testing.T) {
 	if n, err := pc.Read(make([]byte, 4)); n != 0 || !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("interrupted read: %d, %v; want 0, ErrInterrupted", n, err)
 	}
-	fired := make(chan time.Time, 1)
-	fired <- time.Time{}
-	pc.Interrupt(nil, fired)
+	pc.Interrupt(nil, done)
 	if n, err := pc.Read(make([]byte, 4)); n != 0 || !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("read interrupted by a timer: %d, %v; want 0, ErrInterrupted", n, err)
+		t.Fatalf("read interrupted by its deadline: %d, %v; want 0, ErrInterrupted", n, err)
 	}
 	if pc.Failed() {
 		t.Fatal("Failed after an interrupted read")

@@ -470,17 +470,14 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 	g := b.watch.sent(time.Now())
 	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
 
-	var timeout <-chan time.Time
-	if b.cfg.FirstByteTimeout > 0 {
-		t := time.NewTimer(b.cfg.FirstByteTimeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	// Closed at the first-byte deadline (nil without one): the watch keeps
+	// one timer for every generation's.
+	late := g.late
 	var err error
 	if b.lt != nil && b.lt.interrupts(polled) {
-		err = b.firstHere(ctx, s, to, body, timeout)
+		err = b.firstHere(ctx, s, to, body, late)
 	} else {
-		err = b.firstAside(ctx, s, url, to, body, polled, timeout)
+		err = b.firstAside(ctx, s, url, to, body, polled, late)
 	}
 	if err != nil {
 		return nil, err
@@ -505,8 +502,8 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 // has not started on it, and Ollama writes its answer's head with the
 // first line, so one that has begun answering has read the prompt, and
 // closing does not cost it a slot (ollama/ollama#17131).
-func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, timeout <-chan time.Time) error {
-	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), timeout)
+func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, late <-chan struct{}) error {
+	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), late)
 	if p != nil && errors.Is(err, evloop.ErrInterrupted) {
 		first := make(chan error, 1)
 		go func() {
@@ -519,7 +516,7 @@ func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body
 		if b.answerBegun != nil {
 			b.answerBegun()
 		}
-		p.interrupt(ctx.Done(), timeout)
+		p.interrupt(ctx.Done(), late)
 		var resp *http.Response
 		resp, err = p.answer(readHead, false)
 		err = b.first(s, resp, err)
@@ -543,7 +540,7 @@ func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body
 // firstAside sends s's request and reads its first line in a pooled
 // goroutine, while the caller waits for it, ctx's end or timeout: for a
 // transport whose reads cannot be interrupted.
-func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, timeout <-chan time.Time) error {
+func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, late <-chan struct{}) error {
 	send := func() (*http.Response, error) { return b.lt.post(s.ctx, to, body, polled) }
 	if b.lt == nil {
 		hreq, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -568,7 +565,7 @@ func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loo
 		}
 		return err
 	case <-ctx.Done():
-	case <-timeout:
+	case <-late:
 	}
 	return b.giveUp(ctx, s, first)
 }

@@ -73,6 +73,14 @@ type stallWatch struct {
 	stuck   bool
 	probing bool
 	probed  time.Time
+	// late fires at the first-byte deadline of the oldest generation
+	// without a first line (expire), lateAt; zero: not armed. One timer
+	// for every generation's deadline, where a timer per generation was
+	// one added and stopped on every request's path. Deadlines come in
+	// the order generations are sent, so one sent while it is armed needs
+	// nothing.
+	late   *time.Timer
+	lateAt time.Time
 }
 
 // genTrack is one generation as the watch sees it.
@@ -81,6 +89,11 @@ type genTrack struct {
 	sent     time.Time
 	progress uint64 // the watch's progress when it was sent
 	answered bool   // the runtime sent its first line (or an error answer)
+	// late is closed once FirstByteTimeout has passed since sent without
+	// a first line (nil without the bound); expired then, under the
+	// watch's mu.
+	late    chan struct{}
+	expired bool
 }
 
 func newStallWatch(fbt, abandonWait time.Duration, onStuck func(string) bool, log *slog.Logger) *stallWatch {
@@ -95,7 +108,47 @@ func (w *stallWatch) sent(now time.Time) *genTrack {
 	w.seq++
 	g := &genTrack{seq: w.seq, sent: now, progress: w.progress}
 	w.open[g] = struct{}{}
+	if w.fbt > 0 {
+		g.late = make(chan struct{})
+		if at := now.Add(w.fbt); w.lateAt.IsZero() || at.Before(w.lateAt) {
+			w.arm(at)
+		}
+	}
 	return g
+}
+
+// arm has expire run at at. Under w.mu.
+func (w *stallWatch) arm(at time.Time) {
+	w.lateAt = at
+	if w.late == nil {
+		w.late = time.AfterFunc(time.Until(at), w.expire)
+	} else {
+		w.late.Reset(time.Until(at))
+	}
+}
+
+// expire closes the late channel of every open generation without a first
+// line whose deadline has passed, and arms the timer for the next one.
+func (w *stallWatch) expire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for g := range w.open {
+		if g.answered || g.expired || g.late == nil {
+			continue
+		}
+		if at := g.sent.Add(w.fbt); !at.After(now) {
+			g.expired = true
+			close(g.late)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	w.lateAt = time.Time{}
+	if !next.IsZero() {
+		w.arm(next)
+	}
 }
 
 // answered records g's first line (or an error answer): the runtime works.

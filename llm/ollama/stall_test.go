@@ -357,3 +357,71 @@ func TestStallWatchRule(t *testing.T) {
 	g := off.sent(at(0))
 	off.waited(g, at(time.Hour))
 }
+
+// Every generation's first-byte deadline closes its late channel, from
+// the watch's one timer: in the order they were sent, never for one that
+// had its first line, and again after the timer had nothing left to wait
+// for.
+func TestStallWatchDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newStallWatch(time.Minute, time.Minute, nil, slog.New(slog.DiscardHandler))
+		isLate := func(g *genTrack) bool {
+			select {
+			case <-g.late:
+				return true
+			default:
+				return false
+			}
+		}
+		check := func(when string, gs []*genTrack, want ...bool) {
+			t.Helper()
+			for i, g := range gs {
+				if got := isLate(g); got != want[i] {
+					t.Errorf("%s: generation %d late %v, want %v", when, i+1, got, want[i])
+				}
+			}
+		}
+		g1 := w.sent(time.Now())
+		time.Sleep(30 * time.Second)
+		g2 := w.sent(time.Now())
+		time.Sleep(10 * time.Second)
+		g3 := w.sent(time.Now()) // t = 40 s
+		time.Sleep(5 * time.Second)
+		w.answered(g3)
+		gs := []*genTrack{g1, g2, g3}
+		time.Sleep(14*time.Second + 900*time.Millisecond) // t = 59.9 s
+		synctest.Wait()
+		check("59.9 s", gs, false, false, false)
+		time.Sleep(100 * time.Millisecond) // t = 60 s
+		synctest.Wait()
+		check("60 s", gs, true, false, false)
+		time.Sleep(30 * time.Second) // t = 90 s
+		synctest.Wait()
+		check("90 s", gs, true, true, false)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		check("an hour on", gs, true, true, false)
+		for _, g := range gs {
+			w.closed(g)
+		}
+		// Sent while the timer waits for nothing.
+		g4 := w.sent(time.Now())
+		time.Sleep(time.Minute - time.Millisecond)
+		synctest.Wait()
+		if isLate(g4) {
+			t.Fatal("late before its deadline")
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if !isLate(g4) {
+			t.Fatal("not late at its deadline")
+		}
+		w.closed(g4)
+		w.late.Stop()
+
+		// Without a first-byte bound there is no deadline.
+		if g := newStallWatch(0, time.Minute, nil, slog.New(slog.DiscardHandler)).sent(time.Now()); g.late != nil {
+			t.Fatal("a deadline without a bound")
+		}
+	})
+}

@@ -218,14 +218,14 @@ func (t *loopTransport) post(ctx context.Context, to *loopTarget, body []byte, p
 func (t *loopTransport) interrupts(polled bool) bool { return polled && t.loop != nil }
 
 // open writes post's request and waits until the first byte of its answer
-// has arrived, in the caller's goroutine. When intr closes or timer fires
-// first (only for a request interrupts accepts), it returns the request
+// has arrived, in the caller's goroutine. When intr or late (the
+// first-byte deadline) closes first (only for a request interrupts accepts), it returns the request
 // written and its answer untouched, with evloop.ErrInterrupted: its
 // answer can still be read, in another goroutine. Interrupted while it
 // writes, it closes the connection and returns an error that wraps
 // evloop.ErrInterrupted, and no request. dctx bounds the dial of
 // a new connection, ctx the request.
-func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []byte, polled bool, intr <-chan struct{}, timer <-chan time.Time) (*pending, error) {
+func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []byte, polled bool, intr, late <-chan struct{}) (*pending, error) {
 	bp := loopBufs.Get().(*[]byte)
 	req := to.appendPost((*bp)[:0], body)
 	defer func() {
@@ -242,12 +242,12 @@ func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []b
 		p := t.pending(pc, ctx)
 		// A write that waits (a long prompt, a runtime that does not read)
 		// gives up too; the request, sent in part, is then closed.
-		p.interrupt(intr, timer)
+		p.interrupt(intr, late)
 		_, err = pc.c.Write(req)
 		p.interrupt(nil, nil)
 		if err != nil {
 			_, err = p.fail(err)
-		} else if err = p.wait(intr, timer); err == nil || errors.Is(err, evloop.ErrInterrupted) {
+		} else if err = p.wait(intr, late); err == nil || errors.Is(err, evloop.ErrInterrupted) {
 			return p, err
 		}
 		// As RoundTrip: once again on a new connection if a pooled one
@@ -284,14 +284,14 @@ func (p *pending) fail(err error) (*http.Response, error) {
 	return nil, err
 }
 
-// wait waits for the answer's first byte; see open for intr and timer. On
+// wait waits for the answer's first byte; see open for intr and late. On
 // an error other than the interruption the connection is closed.
-func (p *pending) wait(intr <-chan struct{}, timer <-chan time.Time) error {
+func (p *pending) wait(intr, late <-chan struct{}) error {
 	if lc := p.pc.pc; lc != nil && p.pc.br.Buffered() == 0 {
 		// The runtime has not read the request yet: nothing to read.
 		lc.Later()
 	}
-	p.interrupt(intr, timer)
+	p.interrupt(intr, late)
 	_, err := p.pc.br.Peek(1)
 	p.interrupt(nil, nil)
 	if err != nil {
@@ -304,11 +304,11 @@ func (p *pending) wait(intr <-chan struct{}, timer <-chan time.Time) error {
 	return nil
 }
 
-// interrupt makes p's blocking reads give up when intr closes or timer
-// fires (on a connection of the loop), until it is called with nils.
-func (p *pending) interrupt(intr <-chan struct{}, timer <-chan time.Time) {
+// interrupt makes p's blocking reads give up when intr or late closes
+// (on a connection of the loop), until it is called with nils.
+func (p *pending) interrupt(intr, late <-chan struct{}) {
 	if lc := p.pc.pc; lc != nil {
-		lc.Interrupt(intr, timer)
+		lc.Interrupt(intr, late)
 	}
 }
 
