@@ -41,7 +41,7 @@ func memBody(t testing.TB, raw []byte, src func(io.Reader) io.Reader) (*http.Res
 		return nil, nil, nil
 	}
 	tr := newLoopTransport(1)
-	return resp, tr.body(pc, context.Background(), func() bool { return true }, resp, false), cr
+	return resp, tr.body(pc, context.Background(), closeOnEnd{after: func() bool { return true }}, resp, false), cr
 }
 
 // stdBody is what net/http reads of raw's body, through a buffer of the
@@ -261,7 +261,7 @@ func TestLoopBodyWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newLoopTransport(1).body(pc, context.Background(), func() bool { return true }, resp, false)
+	b := newLoopTransport(1).body(pc, context.Background(), closeOnEnd{after: func() bool { return true }}, resp, false)
 	b.wait() // the first line is on its way: returns once it is here
 	if line, err := b.readLine(); err != nil || string(line) != tok {
 		t.Fatalf("readLine = %q, %v", line, err)

@@ -466,9 +466,9 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body []byte, polled bool) (llm.Stream, error) {
 	// The request lives until the stream ends, past ctx while the prompt
 	// is read; cancelling it makes Ollama stop generating.
-	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rctx := newGenCtx(ctx)
 	g := b.watch.sent(time.Now())
-	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
+	s := &stream{ctx: rctx, b: b, watch: b.watch, track: g}
 
 	// Closed at the first-byte deadline (nil without one): the watch keeps
 	// one timer for every generation's.
@@ -487,7 +487,7 @@ func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body
 		return nil, fmt.Errorf("%w: %w", llm.ErrUnavailable, err)
 	}
 	// From the first token on, the caller's end is the generation's end.
-	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	stop := context.AfterFunc(ctx, func() { rctx.cancel(context.Cause(ctx)) })
 	s.stopAfter = stop
 	return s, nil
 }
@@ -545,7 +545,7 @@ func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loo
 	if b.lt == nil {
 		hreq, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
-			s.cancel(nil)
+			s.ctx.cancel(nil)
 			return fmt.Errorf("ollama: build request: %w", err)
 		}
 		hreq.Header.Set("Content-Type", "application/json")
@@ -647,7 +647,7 @@ func (b *Backend) abandon(s *stream, first <-chan error, err error) error {
 				"runtime", b.base, "model", b.cfg.Model, "waited", wait)
 			b.watch.waited(s.track, time.Now())
 			// Give up: cancelling ends the read in flight.
-			s.cancel(context.DeadlineExceeded)
+			s.ctx.cancel(context.DeadlineExceeded)
 			<-first
 		}
 		s.Close()

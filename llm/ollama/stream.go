@@ -27,11 +27,10 @@ import (
 // fastTokenLine, which allocates only the token's text, and every other
 // line by encoding/json.
 type stream struct {
-	b      *Backend
-	ctx    context.Context // the request's; its cause says why it ended
-	cancel context.CancelCauseFunc
-	lines  lineSource // the answer's body
-	line   chatLine   // the last line read, reused for every line
+	b     *Backend
+	ctx   *genCtx    // the request's; its cause says why it ended
+	lines lineSource // the answer's body
+	line  chatLine   // the last line read, reused for every line
 
 	// Events decoded from one line, waiting to be returned. A line yields
 	// at most two: its content or tool calls, and the final event.
@@ -370,7 +369,7 @@ func (s *stream) Recv() (llm.Event, error) {
 }
 
 func (s *stream) readError(err error) error {
-	if cause := context.Cause(s.ctx); cause != nil {
+	if cause := s.ctx.causeOf(); cause != nil {
 		return fmt.Errorf("ollama: generation stopped: %w", cause)
 	}
 	if err == io.EOF {
@@ -457,7 +456,7 @@ func (s *stream) Close() error {
 // end ends the request: the connection is closed if its answer was not
 // read to the end, and Ollama stops generating when its client goes away.
 func (s *stream) end() {
-	s.cancel(context.Canceled)
+	s.ctx.cancel(context.Canceled)
 	if s.lines != nil {
 		s.lines.Close()
 	}

@@ -260,23 +260,45 @@ func (t *loopTransport) open(dctx, ctx context.Context, to *loopTarget, body []b
 
 // pending is a request written on its connection, its answer not read yet.
 type pending struct {
-	t    *loopTransport
-	pc   *loopConn
-	ctx  context.Context
-	stop func() bool // unregisters the close on ctx's end
+	t   *loopTransport
+	pc  *loopConn
+	ctx context.Context
+	end closeOnEnd
+}
+
+// closeOnEnd is a request's context closing its connection at its end.
+type closeOnEnd struct {
+	g     *genCtx     // a generation's, which holds the close itself
+	c     io.Closer   // the connection g closes
+	after func() bool // otherwise: context.AfterFunc's stop
+}
+
+// stop unregisters the close, and reports whether it had not run.
+func (e closeOnEnd) stop() bool {
+	if e.g != nil {
+		return e.g.unhook(e.c)
+	}
+	return e.after()
 }
 
 // pending registers the request about to be sent on pc: the caller's end
 // (ctx) closes the connection, which interrupts whatever it is doing and
 // tells the runtime to stop; no goroutine waits for it.
 func (t *loopTransport) pending(pc *loopConn, ctx context.Context) *pending {
-	return &pending{t: t, pc: pc, ctx: ctx, stop: context.AfterFunc(ctx, func() { pc.c.Close() })}
+	p := &pending{t: t, pc: pc, ctx: ctx}
+	if g, ok := ctx.(*genCtx); ok {
+		g.hook(pc.c)
+		p.end = closeOnEnd{g: g, c: pc.c}
+	} else {
+		p.end = closeOnEnd{after: context.AfterFunc(ctx, func() { pc.c.Close() })}
+	}
+	return p
 }
 
 // fail closes p's connection, and reports err, or ctx's error if that is
 // why.
 func (p *pending) fail(err error) (*http.Response, error) {
-	p.stop()
+	p.end.stop()
 	p.pc.c.Close()
 	if p.ctx.Err() != nil {
 		return nil, p.ctx.Err()
@@ -319,7 +341,7 @@ func (p *pending) answer(read func(*bufio.Reader) (*http.Response, error), reqCl
 	if err != nil {
 		return p.fail(err)
 	}
-	resp.Body = p.t.body(p.pc, p.ctx, p.stop, resp, reqClose)
+	resp.Body = p.t.body(p.pc, p.ctx, p.end, resp, reqClose)
 	return resp, nil
 }
 
@@ -431,8 +453,8 @@ func (t *loopTransport) send(pc *loopConn, ctx context.Context, reqClose bool, w
 
 // body is resp's body on pc, its framing read here, in place in pc.br;
 // resp.Body (net/http's reader of the same bytes) is never read.
-func (t *loopTransport) body(pc *loopConn, ctx context.Context, stop func() bool, resp *http.Response, reqClose bool) *loopBody {
-	b := &loopBody{pc: pc, br: pc.br, t: t, ctx: ctx, stop: stop, keep: !resp.Close && !reqClose}
+func (t *loopTransport) body(pc *loopConn, ctx context.Context, end closeOnEnd, resp *http.Response, reqClose bool) *loopBody {
+	b := &loopBody{pc: pc, br: pc.br, t: t, ctx: ctx, hook: end, keep: !resp.Close && !reqClose}
 	switch {
 	case resp.Body == http.NoBody:
 		b.rem = 0
@@ -455,8 +477,8 @@ type loopBody struct {
 	br   *bufio.Reader
 	t    *loopTransport
 	ctx  context.Context
-	stop func() bool
-	keep bool // the connection may carry another request
+	hook closeOnEnd // the close at ctx's end
+	keep bool       // the connection may carry another request
 
 	chunked bool
 	rem     int64  // body bytes left: of the current chunk if chunked; -1 to the connection's end
@@ -860,7 +882,7 @@ func (b *loopBody) release(done bool) {
 	b.once.Do(func() {
 		// stop is false once the caller's end has closed the
 		// connection.
-		if b.stop() && done && b.keep {
+		if b.hook.stop() && done && b.keep {
 			b.t.put(b.pc)
 			return
 		}
