@@ -12,7 +12,7 @@ import (
 // the bytes at every level and a copy of every raw value; for a small
 // request that was most of its decoding time (BenchmarkDecodeChatRequest),
 // and all of it sits between a request's arrival and the runtime starting
-// on it. The body is validated once (json.Valid), so splitting only needs
+// on it. The body is validated once (validJSON), so splitting only needs
 // to find where each value ends. FuzzSplitJSON checks every result against
 // encoding/json's.
 

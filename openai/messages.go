@@ -250,7 +250,7 @@ func decodeArguments(raw []byte, param string) (json.RawMessage, *Error) {
 		// Some clients send "" for a call without arguments.
 		args = "{}"
 	}
-	if !json.Valid([]byte(args)) || args[0] != '{' {
+	if !validJSON([]byte(args)) || args[0] != '{' {
 		return nil, invalid(param, "invalid_value", "Invalid '"+param+"': expected a JSON object encoded as a string.")
 	}
 	return json.RawMessage(args), nil
