@@ -25,6 +25,7 @@ type genCtx struct {
 	err   error         // context.Canceled once ended
 	cause error
 	conn  io.Closer // closed at the end, unless unhooked first
+	hooks uint64    // hooks so far: names the one conn is from (unhook)
 }
 
 func newGenCtx(ctx context.Context) *genCtx {
@@ -88,26 +89,31 @@ func (g *genCtx) cancel(cause error) {
 	}
 }
 
-// hook has g's end close c (at once if g has ended). One connection at a
-// time: a request sent again on a new connection hooks that one.
-func (g *genCtx) hook(c io.Closer) {
+// hook has g's end close c (at once if g has ended), and returns what
+// names this hook to unhook. One connection at a time: a request sent
+// again on a new connection hooks that one.
+func (g *genCtx) hook(c io.Closer) uint64 {
 	g.mu.Lock()
+	g.hooks++
+	id := g.hooks
 	if g.err == nil {
 		g.conn = c
 		g.mu.Unlock()
-		return
+		return id
 	}
 	g.mu.Unlock()
 	c.Close()
+	return id
 }
 
-// unhook takes c off g, and reports whether it was still on it: false
-// once g's end has closed it (or is closing it), as context.AfterFunc's
-// stop.
-func (g *genCtx) unhook(c io.Closer) bool {
+// unhook takes hook id's connection off g, and reports whether it was
+// still on it: false once g's end has closed it (or is closing it), or
+// another hook has replaced it; as context.AfterFunc's stop. An ID, not
+// the connection, is compared: not every net.Conn is comparable.
+func (g *genCtx) unhook(id uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.conn == nil || g.conn != c {
+	if g.conn == nil || g.hooks != id {
 		return false
 	}
 	g.conn = nil

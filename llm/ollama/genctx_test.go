@@ -34,12 +34,12 @@ func TestGenCtx(t *testing.T) {
 	}
 
 	c1, c2 := &countCloser{}, &countCloser{}
-	g.hook(c1)
-	if !g.unhook(c1) || g.unhook(c1) {
+	h1 := g.hook(c1)
+	if !g.unhook(h1) || g.unhook(h1) {
 		t.Fatal("unhook of the hooked connection: want true once")
 	}
-	g.hook(c2)
-	if g.unhook(c1) {
+	h2 := g.hook(c2)
+	if g.unhook(h1) {
 		t.Fatal("unhook of a connection no longer hooked reported true")
 	}
 	why := errors.New("why")
@@ -48,7 +48,7 @@ func TestGenCtx(t *testing.T) {
 	if c1.n.Load() != 0 || c2.n.Load() != 1 {
 		t.Fatalf("closes: unhooked %d, hooked %d; want 0, 1", c1.n.Load(), c2.n.Load())
 	}
-	if g.unhook(c2) {
+	if g.unhook(h2) {
 		t.Fatal("unhook after the end reported true")
 	}
 	select {
@@ -73,9 +73,23 @@ func TestGenCtx(t *testing.T) {
 		t.Fatal("Done after the end not closed")
 	}
 	c3 := &countCloser{}
-	g2.hook(c3)
-	if c3.n.Load() != 1 || g2.unhook(c3) {
+	if h3 := g2.hook(c3); c3.n.Load() != 1 || g2.unhook(h3) {
 		t.Fatal("a connection hooked after the end was not closed")
+	}
+}
+
+// uncomparable is a connection type == would panic on (a slice field).
+type uncomparable struct{ b []byte }
+
+func (uncomparable) Close() error { return nil }
+
+// TestGenCtxUncomparableConn: hooks are named by ID, so a connection type
+// that is not comparable cannot make unhook panic.
+func TestGenCtxUncomparableConn(t *testing.T) {
+	g := newGenCtx(context.Background())
+	h := g.hook(uncomparable{})
+	if !g.unhook(h) {
+		t.Fatal("unhook: want true")
 	}
 }
 
@@ -85,14 +99,14 @@ func TestGenCtxRace(t *testing.T) {
 	for range 200 {
 		g := newGenCtx(context.Background())
 		c := &countCloser{}
-		g.hook(c)
+		h := g.hook(c)
 		var wg sync.WaitGroup
 		var kept atomic.Bool
 		wg.Go(func() { g.cancel(nil) })
-		wg.Go(func() { kept.Store(g.unhook(c)) })
+		wg.Go(func() { kept.Store(g.unhook(h)) })
 		wg.Go(func() { <-g.Done() })
 		wg.Wait()
-		if want := int32(0); kept.Load() && c.n.Load() != want || !kept.Load() && c.n.Load() != 1 {
+		if kept.Load() && c.n.Load() != 0 || !kept.Load() && c.n.Load() != 1 {
 			t.Fatalf("unhook %v, closes %d", kept.Load(), c.n.Load())
 		}
 	}

@@ -269,14 +269,14 @@ type pending struct {
 // closeOnEnd is a request's context closing its connection at its end.
 type closeOnEnd struct {
 	g     *genCtx     // a generation's, which holds the close itself
-	c     io.Closer   // the connection g closes
+	hook  uint64      // g's hook of the connection
 	after func() bool // otherwise: context.AfterFunc's stop
 }
 
 // stop unregisters the close, and reports whether it had not run.
 func (e closeOnEnd) stop() bool {
 	if e.g != nil {
-		return e.g.unhook(e.c)
+		return e.g.unhook(e.hook)
 	}
 	return e.after()
 }
@@ -287,8 +287,7 @@ func (e closeOnEnd) stop() bool {
 func (t *loopTransport) pending(pc *loopConn, ctx context.Context) *pending {
 	p := &pending{t: t, pc: pc, ctx: ctx}
 	if g, ok := ctx.(*genCtx); ok {
-		g.hook(pc.c)
-		p.end = closeOnEnd{g: g, c: pc.c}
+		p.end = closeOnEnd{g: g, hook: g.hook(pc.c)}
 	} else {
 		p.end = closeOnEnd{after: context.AfterFunc(ctx, func() { pc.c.Close() })}
 	}
