@@ -10,25 +10,33 @@ import (
 	"time"
 )
 
-// profileWindow is when, within a side's load, hearthd's CPU profile is
+// profileWindow is when, within a side's load, hearthd's profiles are
 // taken: after the ramp (streams all running), ending before the load stops
-// starting requests.
-func profileWindow(sc Scenario) (wait time.Duration, seconds int) {
-	wait = sc.Ramp + 500*time.Millisecond
+// starting requests; with ramp, from the load's start, the execution trace
+// covering the ramp (traceSeconds), which is where a run at thousands of
+// streams can fall behind for good. seconds is the whole window's length.
+func profileWindow(sc Scenario, ramp bool) (wait time.Duration, seconds, traceSeconds int) {
+	wait, traceSeconds = sc.Ramp+500*time.Millisecond, 2
+	if ramp {
+		wait = 100 * time.Millisecond
+		traceSeconds = max(traceSeconds, int((sc.Ramp+time.Second-1)/time.Second))
+	}
 	seconds = int((sc.Duration - wait - 500*time.Millisecond) / time.Second)
-	return wait, min(max(seconds, 1), 10)
+	seconds = min(max(seconds, 1), 10)
+	return wait, max(seconds, traceSeconds+1), traceSeconds
 }
 
 // profileHearthd takes a CPU profile of hearthd from its metrics listener
 // while a scenario runs, then heap and goroutine snapshots (still under
 // load) and two seconds of its execution trace, and writes them to dir as
 // <scenario>.cpu.pprof etc. (the heap also as text, <scenario>.heap.txt,
-// for its MemStats; the trace <scenario>.trace.out). The returned
-// function waits for it and reports what failed.
-func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) func() error {
+// for its MemStats; the trace <scenario>.trace.out), from the ramp's start
+// with ramp (profileWindow). The returned function waits for it and
+// reports what failed.
+func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario, ramp bool) func() error {
 	done := make(chan error, 1)
 	go func() {
-		wait, secs := profileWindow(sc)
+		wait, secs, traceSecs := profileWindow(sc, ramp)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -38,11 +46,11 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario) fu
 		get := func(path, file string) error {
 			return fetchProfile(ctx, metricsURL+path, filepath.Join(dir, sc.Name+"."+file), time.Duration(secs)*time.Second+30*time.Second)
 		}
-		// First two seconds of the execution trace: where a request waits
-		// (go tool trace -pprof=sched|net|sync FILE); then the CPU profile.
-		err := get("/debug/pprof/trace?seconds=2", "trace.out")
+		// First the execution trace: where a request waits (go tool trace
+		// -pprof=sched|net|sync FILE); then the CPU profile.
+		err := get(fmt.Sprintf("/debug/pprof/trace?seconds=%d", traceSecs), "trace.out")
 		if err == nil {
-			err = get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(secs-2, 1)), "cpu.pprof")
+			err = get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(secs-traceSecs, 1)), "cpu.pprof")
 		}
 		if err == nil {
 			err = get("/debug/pprof/heap", "heap.pprof")

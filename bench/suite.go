@@ -116,6 +116,9 @@ type Suite struct {
 	// ProfileDir, if set, receives hearthd's CPU, heap and goroutine
 	// profiles for every scenario, taken during its through side.
 	ProfileDir string
+	// ProfileRamp starts those profiles with the load, its execution
+	// trace covering the ramp, instead of after the ramp.
+	ProfileRamp bool
 	// Nginx, if set, is a reverse proxy in front of the mock: every
 	// scenario is also driven through it, the cost of one tuned hop.
 	Nginx *nginxtest.Proxy
@@ -204,7 +207,7 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 	mallocs0, mallocsErr := ReadMallocs(ctx, h.MetricsURL)
 	var profiled func() error
 	if s.ProfileDir != "" {
-		profiled = profileHearthd(ctx, h.MetricsURL, s.ProfileDir, sc)
+		profiled = profileHearthd(ctx, h.MetricsURL, s.ProfileDir, sc, s.ProfileRamp)
 	}
 	through, err := MeasureSide(ctx, lc, s.MockPID, h.PID)
 	var mallocs1 float64

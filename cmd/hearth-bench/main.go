@@ -180,6 +180,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	hearthdArgs := fs.String("hearthd-args", "", "extra space-separated `hearthd serve` arguments (e.g. a CPU profile flag)")
 	hearthdLog := fs.String("hearthd-log", "", "file for hearthd's and Ollama's output (default: discarded)")
 	profile := fs.String("profile", "", "directory for hearthd's CPU, heap and goroutine profiles per scenario (from its /debug/pprof/)")
+	profileRamp := fs.Bool("profile-ramp", false, "with --profile: start the profiles with the load, the execution trace covering the ramp")
 	withNginx := fs.Bool("nginx", true, "also drive every scenario through a private nginx (Debian's package) in front of the same runtime")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -226,7 +227,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	defer stopMock()
 	s := &bench.Suite{HearthdBin: *hearthd, MockURL: mockURL, MockPID: mockPID, Model: "bench",
 		WorkDir: work, HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs),
-		ProfileDir: *profile}
+		ProfileDir: *profile, ProfileRamp: *profileRamp}
 	if err := s.Setup(ctx); err != nil {
 		return err
 	}
