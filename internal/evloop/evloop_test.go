@@ -2,6 +2,7 @@ package evloop
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -650,6 +651,75 @@ func TestReadiedGoroutineRunsBeforeTheNextHandler(t *testing.T) {
 			close(hold)
 			if !within(t, saw, 5*time.Second, "the second handler") {
 				t.Fatal("the goroutine the first handler readied had not run when the second handler ran")
+			}
+		})
+	}
+}
+
+// TestYieldsEndAfterALongOne: once a yield found the processor busy (it
+// took maxYield or more), the loop stops yielding for the rest of the
+// harvest, and a goroutine a later handler readies waits for its end; a
+// short yield leaves the next handler's yield as it was. Without the
+// budget, a processor with many goroutines ready put the loop behind all
+// of them at every request's start, and the loop fell behind for good.
+func TestYieldsEndAfterALongOne(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, slow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("slow=%v", slow), func(t *testing.T) {
+			var clock atomic.Int64 // ns past base
+			base := time.Unix(1, 0)
+			l, err := newClocked(nil, func() time.Time { return base.Add(time.Duration(clock.Load())) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			// Three sockets, one harvest: a readies a goroutine that takes
+			// "long" (moves the clock) if slow, b readies one that marks
+			// ranB, and c looks whether it ran.
+			var peers []net.Conn
+			watch := func(h func()) {
+				c, peer := testutil.TCPPair(t)
+				fd := fdOf(t, c)
+				var once sync.Once
+				id, err := l.Watch(fd, unix.EPOLLIN, func(uint32) { once.Do(h) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Unwatch(fd, id) })
+				peers = append(peers, peer)
+			}
+			wakeA, wakeB, ranB := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			go func() {
+				<-wakeA
+				if slow {
+					clock.Add(int64(2 * maxYield))
+				}
+			}()
+			go func() { <-wakeB; close(ranB) }()
+			saw := make(chan bool, 1)
+			watch(func() { close(wakeA); l.Yield() })
+			watch(func() { close(wakeB); l.Yield() })
+			watch(func() {
+				select {
+				case <-ranB:
+					saw <- true
+				default:
+					saw <- false
+				}
+			})
+			hold, held := make(chan struct{}), make(chan struct{})
+			if !l.Post(func() { close(held); <-hold }) {
+				t.Fatal("Post on an open loop")
+			}
+			within(t, held, 5*time.Second, "the loop running the posted function")
+			for _, p := range peers {
+				if _, err := p.Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(hold)
+			if got := within(t, saw, 5*time.Second, "the third handler"); got == slow {
+				t.Fatalf("slow first yield %v: the second handler's goroutine ran before the third handler: %v", slow, got)
 			}
 		})
 	}
