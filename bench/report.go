@@ -50,6 +50,7 @@ type Report struct {
 	MaxThroughput string           `json:"max_throughput_scenario,omitempty"`
 	ColdStart     *ColdStartResult `json:"cold_start,omitempty"`
 	Real          *RealResult      `json:"real_runtime,omitempty"`
+	Floor         *FloorResult     `json:"relay_floor,omitempty"`
 	Notes         []string         `json:"notes,omitempty"`
 }
 
@@ -122,6 +123,9 @@ func (r *Report) Markdown() string {
 	r.nginxTable(&b)
 	if c := r.ColdStart; c != nil {
 		b.WriteString(c.Markdown("mock runtime"))
+	}
+	if f := r.Floor; f != nil {
+		b.WriteString(f.Markdown())
 	}
 	if rr := r.Real; rr != nil {
 		b.WriteString(rr.Markdown())

@@ -7,6 +7,8 @@
 //	hearth-bench mock [flags]   only the mock runtime
 //	hearth-bench load [flags]   only the load generator, at any OpenAI base URL
 //	hearth-bench fleet [flags]  the control plane under a simulated fleet (make bench-fleet)
+//	hearth-bench floor [flags]  only the relay floor
+//	hearth-bench relay --mode M SRC DST  one Go relay of the relay floor
 package main
 
 import (
@@ -37,6 +39,9 @@ const usage = `usage:
   hearth-bench mock [flags]   serve the mock runtime
   hearth-bench load [flags]   drive load at an OpenAI-compatible base URL
   hearth-bench fleet [flags]  drive a simulated fleet at the control plane (see hearth-bench fleet -h)
+  hearth-bench floor [flags]  only the relay floor (a C relay and Go's, bytes without HTTP)
+  hearth-bench relay --mode evloop|goroutine SRC DST
+                              relay SRC's bytes to DST (host:port) as the relay floor's Go relay, print its CPU
 `
 
 func main() {
@@ -57,6 +62,10 @@ func main() {
 		err = runLoad(ctx, args[1:])
 	case "fleet":
 		err = runFleet(ctx, log, args[1:])
+	case "relay":
+		err = runRelay(args[1:])
+	case "floor":
+		err = runFloorOnly(ctx, log, args[1:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -182,6 +191,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	profile := fs.String("profile", "", "directory for hearthd's CPU, heap and goroutine profiles per scenario (from its /debug/pprof/)")
 	profileRamp := fs.Bool("profile-ramp", false, "with --profile: start the profiles with the load, the execution trace covering the ramp")
 	withNginx := fs.Bool("nginx", true, "also drive every scenario through a private nginx (Debian's package) in front of the same runtime")
+	floor := fs.Bool("floor", true, "also measure the relay floor: a C relay and hearthd's event loop relaying bytes, no HTTP")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -272,6 +282,11 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 			return err
 		}
 	}
+	if *floor {
+		if err := runFloor(ctx, log, rep, work, *scale, *out); err != nil {
+			return err
+		}
+	}
 	if *real {
 		runRealRuntime(ctx, log, rep, bench.RealOptions{
 			HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work, Rounds: 4,
@@ -341,6 +356,75 @@ func runColdStart(ctx context.Context, log *slog.Logger, s *bench.Suite, runs in
 	rep.ColdStart = &cs
 	_, err = rep.Write(out)
 	return err
+}
+
+// runFloor measures the relay floor into rep: the C relay, and the Go
+// relays run by this binary with hearthd's processor count and the
+// environment its unit gives it.
+func runFloor(ctx context.Context, log *slog.Logger, rep *bench.Report, work string, scale float64, out string) error {
+	log.Info("relay floor")
+	c, err := bench.BuildCRelay(ctx, work)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("own path: %w", err)
+	}
+	env := append([]string{"GOMAXPROCS=1"}, systemd.HearthdEnvironment()...)
+	goRelay := func(mode string) bench.FloorRelay {
+		return bench.FloorRelay{Name: mode, Cmd: []string{self, "relay", "--mode", mode}, Env: env}
+	}
+	fr, err := bench.RunFloor(ctx, bench.FloorOptions{
+		Relays: []bench.FloorRelay{bench.CRelay(c), goRelay(bench.RelayEvloop), goRelay(bench.RelayGoroutine)},
+		Chunks: max(100, int(3000*scale)), Gap: time.Millisecond, Rounds: 3,
+	})
+	if err != nil {
+		return err
+	}
+	rep.Floor = fr
+	if out == "" {
+		return nil
+	}
+	_, err = rep.Write(out)
+	return err
+}
+
+// runFloorOnly is the relay floor alone, printed as Markdown.
+func runFloorOnly(ctx context.Context, log *slog.Logger, args []string) error {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	scale := fs.Float64("scale", 1, "multiply the chunks per run (3 000 at 1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "hearth-bench-floor-")
+	if err != nil {
+		return fmt.Errorf("work dir: %w", err)
+	}
+	defer os.RemoveAll(work)
+	var rep bench.Report
+	if err := runFloor(ctx, log, &rep, work, *scale, ""); err != nil {
+		return err
+	}
+	fmt.Print(rep.Floor.Markdown())
+	return nil
+}
+
+// runRelay is one Go relay of the floor: its RelayStat goes to stdout.
+func runRelay(args []string) error {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	mode := fs.String("mode", bench.RelayEvloop, "evloop (hearthd's event loop) or goroutine (Go's netpoller)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return errors.New("relay: want SRC and DST addresses (host:port)")
+	}
+	st, err := bench.RunGoRelay(*mode, fs.Arg(0), fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(st)
 }
 
 // runRealRuntime compares hearthd with a real Ollama into rep; a failure is
