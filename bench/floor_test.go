@@ -113,3 +113,20 @@ func TestRunGoRelayRejectsAnUnknownMode(t *testing.T) {
 		t.Fatalf("err %v, want the unknown relay named", err)
 	}
 }
+
+// The report sets the real runtime's ratio beside the floor's, and says
+// nothing of it when either is missing.
+func TestReportSetsTheFloorBesideTheRealRuntime(t *testing.T) {
+	r := &Report{
+		Floor: &FloorResult{Chunks: 10, Median: map[string]float64{RelayC: 30, RelayEvloop: 40}, Ratio: map[string]float64{RelayEvloop: 40.0 / 30}},
+		Real:  &RealResult{NginxCPUusPerToken: 36, HearthdCPUusPerToken: 45},
+	}
+	md := r.Markdown()
+	if want := "hearthd spends 1.25× nginx's CPU per token (+9.0 µs); relaying bytes alone, hearthd's event loop spends 1.33× the C relay's (+10.0 µs a chunk)"; !strings.Contains(md, want) {
+		t.Errorf("report lacks %q:\n%s", want, md)
+	}
+	r.Real.NginxCPUusPerToken = 0 // nginx did not run
+	if md := r.Markdown(); strings.Contains(md, "Against the floor") {
+		t.Errorf("a comparison without nginx:\n%s", md)
+	}
+}

@@ -130,10 +130,26 @@ func (r *Report) Markdown() string {
 	if rr := r.Real; rr != nil {
 		b.WriteString(rr.Markdown())
 	}
+	r.floorBeside(&b)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	return b.String()
+}
+
+// floorBeside sets hearthd's CPU per token over nginx's with the real
+// runtime beside the relay floor's: the share of the gap that the floor's
+// Go relay, with none of hearthd's work, shows as well.
+func (r *Report) floorBeside(b *strings.Builder) {
+	f, rr := r.Floor, r.Real
+	if f == nil || rr == nil || rr.NginxCPUusPerToken <= 0 || f.Median[RelayC] <= 0 || f.Median[RelayEvloop] <= 0 {
+		return
+	}
+	gap := rr.HearthdCPUusPerToken - rr.NginxCPUusPerToken
+	floorGap := f.Median[RelayEvloop] - f.Median[RelayC]
+	fmt.Fprintf(b, "Against the floor: with the real runtime hearthd spends %.2f× nginx's CPU per token (%+.1f µs); "+
+		"relaying bytes alone, hearthd's event loop spends %.2f× the C relay's (%+.1f µs a chunk).\n\n",
+		ratio(rr.HearthdCPUusPerToken, rr.NginxCPUusPerToken), gap, f.Ratio[RelayEvloop], floorGap)
 }
 
 // Write stores the report as JSON and Markdown in dir, named by its start
