@@ -283,8 +283,11 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 		}
 	}
 	if *floor {
+		// A floor that cannot run (no C compiler) is noted, as a real
+		// runtime that cannot is: the scenarios' results stand.
 		if err := runFloor(ctx, log, rep, work, *scale, *out); err != nil {
-			return err
+			rep.Notes = append(rep.Notes, "relay floor failed: "+err.Error())
+			log.Error("relay floor", "err", err)
 		}
 	}
 	if *real {
