@@ -304,9 +304,9 @@ func relayEvloop(s, d net.Conn, st *RelayStat) error {
 		return err
 	}
 	defer l.Close()
-	dfd, err := socketOf(d)
-	if err != nil {
-		return err
+	dfd, ok := evloop.SocketFD(d)
+	if !ok {
+		return fmt.Errorf("%T is not a socket", d)
 	}
 	c, err := l.Detach(s)
 	if err != nil {
@@ -367,22 +367,6 @@ func writeRaw(fd int, c net.Conn, p []byte) error {
 		}
 	}
 	return nil
-}
-
-func socketOf(c net.Conn) (int, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, fmt.Errorf("%T is not a socket", c)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	fd := -1
-	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil {
-		return 0, err
-	}
-	return fd, nil
 }
 
 // CRelay is the floor's C relay built at bin (BuildCRelay).

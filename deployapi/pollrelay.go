@@ -2,7 +2,6 @@ package deployapi
 
 import (
 	"net"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -76,7 +75,7 @@ func (a *API) startPollRelay(hc net.Conn, b *sseBody, srv *fasthttp.Server) bool
 		conn = k.Conn
 		fd, ok = k.socket()
 	} else {
-		fd, ok = socketFD(conn)
+		fd, ok = evloop.SocketFD(conn)
 	}
 	if !ok {
 		return false
@@ -118,24 +117,6 @@ func (r *pollRelay) cacheLines() []unsafe.Pointer {
 		hot = k.cacheLines(hot)
 	}
 	return hot
-}
-
-// socketFD is c's descriptor, if it is a socket (not TLS). It stays c's:
-// valid while c is open.
-func socketFD(c net.Conn) (int, bool) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, false
-	}
-	fd := -1
-	if rc.Control(func(s uintptr) { fd = int(s) }) != nil || fd < 0 {
-		return 0, false
-	}
-	return fd, true
 }
 
 func (r *pollRelay) start() {

@@ -1,6 +1,8 @@
 package evloop
 
 import (
+	"net"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,4 +49,22 @@ func result(r uintptr, e unix.Errno) (int, error) {
 		return -1, e // an Errno below 256 converts without allocating
 	}
 	return int(r), nil
+}
+
+// SocketFD is c's descriptor, if c is a socket (not TLS), for Read and
+// Write. It stays c's: valid while c is open.
+func SocketFD(c net.Conn) (int, bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	fd := -1
+	if rc.Control(func(s uintptr) { fd = int(s) }) != nil || fd < 0 {
+		return 0, false
+	}
+	return fd, true
 }
