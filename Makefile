@@ -69,12 +69,8 @@ bench:
 # PostgreSQL with one and two replicas (see BENCHMARKS.md, "Fleet").
 # FLEETFLAGS passes hearth-bench fleet flags, e.g.
 # FLEETFLAGS='--nodes 1000 --backends pebble --profile /tmp/fleetprof'.
-# The simulated fleet shares the cores with what it measures: it runs with
-# the runtime setting the daemons' units give them, which takes ~30 % off
-# its own CPU (BENCHMARKS.md, "The runtime's monitor thread in the control
-# plane and the fleet").
 bench-fleet: deps
-	GODEBUG=schedtrace=2147483647 $(GO) run ./cmd/hearth-bench fleet $(FLEETFLAGS)
+	$(GO) run ./cmd/hearth-bench fleet $(FLEETFLAGS)
 
 # hearth_<version>_amd64.deb (binaries, units, conffiles) with nfpm.
 deb:

@@ -72,9 +72,6 @@ type Config struct {
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
 	WriteStallTimeout time.Duration
-	// RelayLoop relays chat streams from an event loop over raw epoll
-	// rather than a goroutine each (internal/evloop).
-	RelayLoop bool
 	// ShutdownTimeout is how long in-flight requests may finish after
 	// SIGTERM before they are ended.
 	ShutdownTimeout time.Duration
@@ -142,7 +139,6 @@ func Defaults() Config {
 		MetricsListen:     "127.0.0.1:9464",
 		LogLevel:          "info",
 		Reasoning:         true,
-		RelayLoop:         true,
 	}
 }
 
@@ -212,7 +208,6 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "Time to read one request, including the TLS handshake: bounds slow clients.")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "How long a keep-alive connection may sit idle between requests.")
 	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", c.WriteStallTimeout, "Longest a single write to a client may block (a client that stopped reading); the generation is then stopped. Long streams are not cut.")
-	fs.BoolVar(&c.RelayLoop, "relay-loop", c.RelayLoop, "Relay streamed chat completions (plain HTTP/1.1 keep-alive, n 1) from one event loop over epoll: a token is one read from the runtime and one write to the client, with no goroutine woken for it. false: a goroutine per stream, as for TLS and every other stream.")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "On SIGTERM, how long in-flight requests may finish before they are ended.")
 
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Address of the Prometheus /metrics listener, separate from the public API port. Empty: no metrics.")
@@ -235,7 +230,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.StringVar(&c.DesiredStateFile, "desired-state-file", c.DesiredStateFile, `Standalone mode (no control_url): enforce the firewall rules and SSH keys in this JSON file ({"firewall_rules":[…],"ssh_keys":[…]}), re-read when it changes; an invalid file leaves the last applied state in force.`)
 
 	fs.IntVar(&c.MaxProcs, "max-procs", c.MaxProcs, "Processors that run hearthd's own code at once (Go's GOMAXPROCS). 0: a quarter of the CPUs hearthd may use, at least 1, unless the GOMAXPROCS environment variable says otherwise; the other CPUs are left to the model runtime. "+
-		"A relay spread over more processors spends more CPU per token for the same streams (BENCHMARKS.md); raise it when hearthd itself runs at max_procs cores busy.")
+		"A relay spread over more processors spends more CPU per token for the same streams; raise it when hearthd itself runs at max_procs cores busy.")
 
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (any case).")
 	return &config.Loader{

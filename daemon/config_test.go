@@ -126,7 +126,6 @@ reasoning = false
 read_timeout = "15s"
 idle_timeout = "2m30s"
 write_stall_timeout = "45s"
-relay_loop = false
 shutdown_timeout = "1m"
 metrics_listen = "127.0.0.1:9999"
 tls_cert = "/etc/hearth/tls/cert.pem"
@@ -174,7 +173,6 @@ func TestLoadFileEveryKey(t *testing.T) {
 		ReadTimeout:         15 * time.Second,
 		IdleTimeout:         150 * time.Second,
 		WriteStallTimeout:   45 * time.Second,
-		RelayLoop:           false,
 		ShutdownTimeout:     time.Minute,
 		MetricsListen:       "127.0.0.1:9999",
 		TLSCert:             "/etc/hearth/tls/cert.pem",

@@ -86,7 +86,7 @@ func (a *API) admit(ctx *fasthttp.RequestCtx, decode func(s *served) (slots int,
 
 	a.inflight.Add(1)
 	gctx, cancel := context.WithCancel(s.ctx)
-	stopWatch := a.peers.watch(ctx.Conn(), cancel)
+	stopWatch := watchPeerClose(ctx.Conn(), cancel)
 	sl := &slot{s: s, key: key, n: n, gctx: gctx, finish: func() {
 		stopWatch()
 		cancel()

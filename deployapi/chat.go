@@ -5,11 +5,9 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -38,10 +36,6 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	// A forced or single tool call wraps the stream (startGeneration),
-	// which the loop does not relay.
-	rt := &req.Runtime
-	rt.Polled = req.Stream && a.pollable(ctx, req.N) && rt.ForceTool == "" && !(rt.OneToolCall && len(rt.Tools) > 0)
 	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, choiceRequest(&req.Runtime, i))
 	})
@@ -362,11 +356,6 @@ func newChatSink(enc *openai.ChunkEncoder, n int, includeUsage, logprobs bool) *
 	k := &chatSink{logprobs: logprobs}
 	k.init(enc, n, includeUsage)
 	return k
-}
-
-// cacheLines appends the lines event reads for a stream of one choice.
-func (k *chatSink) cacheLines(dst []unsafe.Pointer) []unsafe.Pointer {
-	return k.enc.CacheLines(cacheline.Of(dst, k))
 }
 
 func (k *chatSink) begin(dst []byte) []byte {

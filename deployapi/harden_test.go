@@ -25,7 +25,7 @@ import (
 // the server sends before it closes the connection (or 3 s pass).
 func rawExchange(t *testing.T, ta *testAPI, req string) []*http.Response {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +173,14 @@ func TestNoKeyInTheLogs(t *testing.T) {
 // just noise) and then leaves still cancels its generation: bytes waiting
 // on the connection do not stop the watch for the close.
 func TestDisconnectWithBytesPendingCancels(t *testing.T) {
+	overBoth(t, testDisconnectWithBytesPendingCancels)
+}
+
+func testDisconnectWithBytesPendingCancels(t *testing.T, overTLS bool) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			ta := startAPI(t, fake.Config{FirstTokenDelay: slowToken}, nil)
-			conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+			ta := startAPIOver(t, overTLS, fake.Config{FirstTokenDelay: slowToken}, nil)
+			conn, err := ta.dial()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,8 +197,10 @@ func TestDisconnectWithBytesPendingCancels(t *testing.T) {
 
 // A body over the limit is answered with a 413 the client actually reads,
 // not a connection reset, by Go's client, curl and Node's fetch alike.
-func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil) // 64 KiB limit
+func TestTooLargeIsAnAnswerNotAReset(t *testing.T) { overBoth(t, testTooLargeIsAnAnswerNotAReset) }
+
+func testTooLargeIsAnAnswerNotAReset(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil) // 64 KiB limit
 	big := `{"model":"hearth-tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", 2<<20) + `"}]}`
 	file := filepath.Join(t.TempDir(), "body.json")
 	if err := os.WriteFile(file, []byte(big), 0o600); err != nil {
@@ -205,7 +211,7 @@ func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
 		"go": func() (string, error) {
 			req, _ := http.NewRequest("POST", url, strings.NewReader(big))
 			req.Header.Set("Authorization", "Bearer "+ta.secret)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ta.client.Do(req)
 			if err != nil {
 				return "", err
 			}
@@ -213,13 +219,21 @@ func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
 			return strconv.Itoa(resp.StatusCode), nil
 		},
 		"curl": func() (string, error) {
-			out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:",
-				"-H", "Authorization: Bearer "+ta.secret, "--data-binary", "@"+file, url).CombinedOutput()
+			args := []string{"-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:",
+				"-H", "Authorization: Bearer " + ta.secret, "--data-binary", "@" + file, url}
+			if ta.caFile != "" {
+				args = append(args, "--cacert", ta.caFile)
+			}
+			out, err := exec.Command("curl", args...).CombinedOutput()
 			return string(out), err
 		},
 		"node fetch": func() (string, error) {
 			js := `const fs=require("fs");fetch(process.argv[1],{method:"POST",headers:{Authorization:"Bearer "+process.argv[2]},body:fs.readFileSync(process.argv[3])}).then(r=>{process.stdout.write(String(r.status))},e=>{console.error(e.cause||e);process.exit(1)})`
-			out, err := exec.Command("node", "-e", js, url, ta.secret, file).CombinedOutput()
+			cmd := exec.Command("node", "-e", js, url, ta.secret, file)
+			if ta.caFile != "" {
+				cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+ta.caFile)
+			}
+			out, err := cmd.CombinedOutput()
 			return string(out), err
 		},
 	}

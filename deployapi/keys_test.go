@@ -106,7 +106,7 @@ func (ta *testAPI) openStream(t *testing.T, ctx context.Context, secret string) 
 	req, _ := http.NewRequestWithContext(ctx, "POST", ta.url+"/chat/completions",
 		strings.NewReader(`{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"go"}]}`))
 	req.Header.Set("Authorization", "Bearer "+secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestFloodingKeyCannotStarveAnother(t *testing.T) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", ta.url+"/chat/completions",
 				strings.NewReader(`{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"go"}]}`))
 			req.Header.Set("Authorization", "Bearer "+secret)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ta.client.Do(req)
 			if err != nil {
 				return // cancelled at the end
 			}

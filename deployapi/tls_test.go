@@ -111,7 +111,7 @@ func startTLSAPI(t *testing.T, fc fake.Config, gateAfter int) *tlsAPI {
 		t.Fatal(err)
 	}
 	srv := api.Server(30*time.Second, 30*time.Second)
-	go func() { _ = srv.Serve(tls.NewListener(ln, TLSConfig(r))) }()
+	go func() { _ = srv.Serve(Listener(tls.NewListener(ln, TLSConfig(r)))) }()
 	t.Cleanup(func() {
 		api.Close()
 		_ = srv.Shutdown()

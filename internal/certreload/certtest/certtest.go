@@ -29,9 +29,18 @@ type CA struct {
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := MakeCA()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ca
+}
+
+// MakeCA is NewCA for a caller that is not a test (the benchmark).
+func MakeCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1000),
@@ -44,15 +53,15 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	return &CA{cert: cert, key: key, Pool: pool}
+	return &CA{cert: cert, key: key, Pool: pool}, nil
 }
 
 // PEM is the CA's certificate, for a client's CA file.
@@ -63,9 +72,18 @@ func (ca *CA) PEM() []byte {
 // Issue returns a PEM certificate and key for 127.0.0.1 with this serial.
 func (ca *CA) Issue(t testing.TB, serial int64, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := ca.Make(serial, notAfter)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return certPEM, keyPEM
+}
+
+// Make is Issue for a caller that is not a test (the benchmark).
+func (ca *CA) Make(serial int64, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial),
@@ -78,14 +96,14 @@ func (ca *CA) Issue(t testing.TB, serial int64, notAfter time.Time) (certPEM, ke
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
 
 // Dir lays files out like certbot: cert.pem and key.pem are symlinks into a
