@@ -2,8 +2,6 @@ package tfprovider
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,10 +14,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
-	"golang.org/x/crypto/ssh"
 
 	"github.com/hearthd/hearth/client"
 	"github.com/hearthd/hearth/internal/controltest"
+	"github.com/hearthd/hearth/internal/sshdtest"
 )
 
 var bins controltest.Binaries
@@ -167,16 +165,9 @@ func attr(s *terraform.State, res, name string) string {
 	return rs.Primary.Attributes[name]
 }
 
-// testPublicKey is a fresh ed25519 public key line with a comment.
+// testPublicKey is a fresh public key line with a comment.
 func testPublicKey(t *testing.T, comment string) string {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))) + " " + comment
+	_, line := sshdtest.NewSigner(t)
+	return line + " " + comment
 }

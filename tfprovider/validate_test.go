@@ -155,19 +155,19 @@ data "hearth_servers" "bad" {
 	})
 }
 
-// `terraform validate` with the provider binary installed as the
-// README's dev_overrides example says (no init, no registry) refuses a bad
-// rule with the API's message, before any provider configuration or
-// network; a good configuration validates.
-func TestDevOverridesValidate(t *testing.T) {
-	tf := useTerraform(t)
+// devOverrides builds the provider binary and returns the Terraform CLI
+// and a CLI configuration that installs it as the README's dev_overrides
+// example says: no init, no registry.
+func devOverrides(t *testing.T) (tf, rc string) {
+	t.Helper()
+	tf = useTerraform(t)
 	pluginDir := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "terraform-provider-hearth"), "./cmd/terraform-provider-hearth")
 	build.Dir = ".."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the provider: %v\n%s", err, out)
 	}
-	rc := filepath.Join(t.TempDir(), "terraformrc")
+	rc = filepath.Join(t.TempDir(), "terraformrc")
 	writeFile(t, rc, fmt.Sprintf(`provider_installation {
   dev_overrides {
     "hearthd/hearth" = %q
@@ -175,22 +175,36 @@ func TestDevOverridesValidate(t *testing.T) {
   direct {}
 }
 `, pluginDir))
-
-	validate := func(config string) (string, error) {
-		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "main.tf"), `terraform {
-  required_providers {
-    hearth = { source = "hearthd/hearth" }
-  }
+	return tf, rc
 }
-`+config)
-		cmd := exec.Command(tf, "validate", "-no-color")
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "HEARTH_URL=", "HEARTH_TOKEN=")
-		out, err := cmd.CombinedOutput()
-		return string(out), err
+
+// validate runs `terraform validate` on a configuration of the files
+// given (name → content) with the provider from devOverrides, in a home
+// directory holding ~/.ssh/id_ed25519.pub, and returns its output.
+func validate(t *testing.T, tf, rc string, files map[string]string) (string, error) {
+	t.Helper()
+	dir, home := t.TempDir(), t.TempDir()
+	for name, content := range files {
+		writeFile(t, filepath.Join(dir, name), content)
 	}
-	out, err := validate(`
+	if err := os.Mkdir(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(home, ".ssh", "id_ed25519.pub"), testPublicKey(t, "alice@laptop")+"\n")
+	cmd := exec.Command(tf, "validate", "-no-color")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+home, "TF_CLI_CONFIG_FILE="+rc, "CHECKPOINT_DISABLE=1", "HEARTH_URL=", "HEARTH_TOKEN=")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// `terraform validate` with the provider binary installed through
+// dev_overrides refuses a bad rule with the API's message, before any
+// provider configuration or network; every example of the documentation
+// validates, its values checked as at plan time.
+func TestValidate(t *testing.T) {
+	tf, rc := devOverrides(t)
+	out, err := validate(t, tf, rc, map[string]string{"main.tf": hcl(`
 resource "hearth_firewall_rule" "bad" {
   server_id  = "srv_x"
   direction  = "outbound"
@@ -198,20 +212,31 @@ resource "hearth_firewall_rule" "bad" {
   port_range = "22"
   source     = "198.51.100.0/24"
   action     = "allow"
-}`)
+}`)})
 	if err == nil || !refusedAt("source", "source: is only allowed on inbound rules; use destination for outbound").MatchString(out) {
 		t.Fatalf("terraform validate of a bad rule: %v\n%s", err, out)
 	}
-	if out, err := validate(`
-resource "hearth_firewall_rule" "good" {
-  server_id  = "srv_x"
-  direction  = "inbound"
-  protocol   = "tcp"
-  port_range = "22"
-  source     = "198.51.100.7"
-  action     = "allow"
-}`); err != nil || !strings.Contains(out, "The configuration is valid") {
-		t.Fatalf("terraform validate of a good rule: %v\n%s", err, out)
+
+	examples, err := filepath.Glob("examples/*/*/*.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples = append(examples, example)
+	if len(examples) < 8 {
+		t.Fatalf("examples: %v", examples)
+	}
+	for _, ex := range examples {
+		src, err := os.ReadFile(ex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := map[string]string{"main.tf": string(src)}
+		if !strings.Contains(string(src), "required_providers") {
+			files["versions.tf"] = hcl("")
+		}
+		if out, err := validate(t, tf, rc, files); err != nil || !strings.Contains(out, "The configuration is valid") {
+			t.Errorf("terraform validate %s: %v\n%s", ex, err, out)
+		}
 	}
 }
 
