@@ -253,7 +253,8 @@ func importStep(cfg, res string, underServer bool, ignore ...string) resource.Te
 
 // A server that turns failed fails the apply with the node's reason, and
 // stays in the state as tainted: once the node converges, the next apply
-// replaces it.
+// replaces it. (An empty set of SSH keys for none then changes only the
+// state.) A model change the node does not carry out fails the same way.
 func TestCreateFailsWithTheServersReason(t *testing.T) {
 	useTerraform(t)
 	ctl, c := controlPlane(t, "--provision-timeout", "1s")
@@ -276,6 +277,29 @@ resource "hearth_server" "web" {
 					plancheck.ExpectResourceAction("hearth_server.web", plancheck.ResourceActionDestroyBeforeCreate),
 				}},
 				Check: resource.TestCheckResourceAttr("hearth_server.web", "status", "running"),
+			},
+			// No SSH keys written as an empty set: the same server.
+			{
+				Config: strings.Replace(cfg, `model   = "m1"`, `model   = "m1"
+  ssh_key_ids = []`, 1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("hearth_server.web", plancheck.ResourceActionUpdate),
+				}},
+			},
+			// A model the node does not come to serve: the update fails
+			// with the reason, the state keeps the ordered model.
+			{
+				PreConfig:   node.Hold,
+				Config:      strings.Replace(cfg, `"m1"`, `"m2"`, 1),
+				ExpectError: regexp.MustCompile(`(?s)The server did not reach running with the new model.*server failed:\s+model\s+pending`),
+			},
+			// Once it does, the server runs and nothing is left to change.
+			{
+				PreConfig: node.Release,
+				Config:    strings.Replace(cfg, `"m1"`, `"m2"`, 1),
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("hearth_server.web", "status", "running"),
+					resource.TestCheckResourceAttr("hearth_server.web", "model", "m2")),
 			},
 		}})
 }

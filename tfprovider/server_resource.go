@@ -38,6 +38,7 @@ type serverResource struct{ configured }
 var (
 	_ resource.ResourceWithConfigure   = (*serverResource)(nil)
 	_ resource.ResourceWithImportState = (*serverResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*serverResource)(nil)
 )
 
 // serverModel is hearth_server's state.
@@ -123,8 +124,13 @@ func (r *serverResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			},
 			"ssh_key_ids": schema.SetAttribute{
 				ElementType: types.StringType, Optional: true,
-				PlanModifiers: []planmodifier.Set{setplanmodifier.RequiresReplace()},
-				Description:   "IDs of the project's SSH keys (`sk_…`) the server's node lets in.",
+				// None and an empty set are the same to the API (an imported
+				// server without keys has none).
+				PlanModifiers: []planmodifier.Set{setplanmodifier.RequiresReplaceIf(
+					func(_ context.Context, req planmodifier.SetRequest, resp *setplanmodifier.RequiresReplaceIfFuncResponse) {
+						resp.RequiresReplace = len(req.StateValue.Elements()) > 0 || len(req.PlanValue.Elements()) > 0 || req.PlanValue.IsUnknown()
+					}, "A change replaces the server.", "A change replaces the server.")},
+				Description: "IDs of the project's SSH keys (`sk_…`) the server's node lets in.",
 			},
 			"status": schema.StringAttribute{
 				Computed: true, PlanModifiers: keep,
@@ -145,6 +151,21 @@ func (r *serverResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				UpdateDescription: "How long a model change waits for `running` (default 20m).",
 				DeleteDescription: "How long deleting waits until the node wiped the server (default 10m)."}),
 		},
+	}
+}
+
+// ModifyPlan leaves the status unknown when the model changes: the
+// server then goes from whatever it is (failed, say) to running, while
+// other changes keep the status the state has.
+func (r *serverResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var planModel, stateModel types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("model"), &planModel)...)
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("model"), &stateModel)...)
+	if !resp.Diagnostics.HasError() && !planModel.Equal(stateModel) {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("status"), types.StringUnknown())...)
 	}
 }
 

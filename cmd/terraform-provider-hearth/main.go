@@ -7,7 +7,8 @@ package main
 import (
 	"context"
 	"flag"
-	"log"
+	"log/slog"
+	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
@@ -25,6 +26,7 @@ func main() {
 		Debug:   *debug,
 	})
 	if err != nil {
-		log.Fatal(err)
+		slog.Error("terraform-provider-hearth", "err", err)
+		os.Exit(1)
 	}
 }
