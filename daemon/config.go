@@ -148,7 +148,7 @@ func Defaults() Config {
 // the variable's choice (0: leave it), else a quarter of cpus, at least 1.
 // hearthd relays tokens; the model runtime beside it is what needs the
 // cores, and Go's scheduler spread over idle processors costs a relay CPU
-// per token in wake-ups and work stealing (BENCHMARKS.md).
+// per token in wake-ups and work stealing (docs/perf/gomaxprocs.md).
 func (c Config) Procs(cpus int, env string) int {
 	switch {
 	case c.MaxProcs > 0:
