@@ -166,7 +166,6 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 		start:   start,
 		stream:  stream,
 		gctx:    sl.gctx,
-		keyID:   sl.key.ID,
 		isSSE:   streamed,
 		sl:      sl,
 		held:    held,
@@ -214,7 +213,6 @@ type completion struct {
 	start   time.Time
 	stream  choiceStream
 	gctx    context.Context
-	keyID   string
 	isSSE   bool
 	sl      *slot
 	held    []generator // per choice; nil where the stream holds nothing back
