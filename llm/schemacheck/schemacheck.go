@@ -87,7 +87,9 @@ func (e *Error) Error() string {
 
 // Check reports whether the runtime can constrain its output with schema,
 // a JSON object; nil if it can.
-func Check(schema []byte) error {
+func Check(schema []byte) error { return (&checker{}).check(schema) }
+
+func (c *checker) check(schema []byte) error {
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, schema); err != nil {
 		return &Error{Reason: "not valid JSON"}
@@ -101,7 +103,7 @@ func Check(schema []byte) error {
 	if _, ok := root.(map[string]any); !ok {
 		return &Error{Reason: "must be a JSON object"}
 	}
-	c := &checker{root: root, refs: map[string]*refState{}}
+	c.root, c.refs = root, map[string]*refState{}
 	if err := c.depth(root, "", 1); err != nil {
 		return err
 	}
@@ -111,8 +113,8 @@ func Check(schema []byte) error {
 	if _, err := c.visit(root, "", 0); err != nil {
 		return err
 	}
-	size := c.size + baseGrammar
-	if limit := bufferSize(compact.Len()); size >= limit {
+	c.estimate = c.size + baseGrammar
+	if size, limit := c.estimate, bufferSize(compact.Len()); size >= limit {
 		return &Error{Reason: fmt.Sprintf("too complex: its grammar would take about %d bytes, more than the %d the runtime takes for a schema of this size; use fewer optional properties, shorter property names or less nesting", size, limit)}
 	}
 	return nil
@@ -127,6 +129,9 @@ type checker struct {
 	refs   map[string]*refState
 	size   int // the grammar so far, estimated from above
 	visits int
+	// estimate is the whole grammar's, once the schema passed the other
+	// rules.
+	estimate int
 }
 
 // maxVisits bounds the schemas the converter visits (each one at least a
