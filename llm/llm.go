@@ -261,6 +261,10 @@ var ErrTimeout = errors.New("model runtime timed out")
 type InvalidRequestError struct {
 	Msg   string
 	Param string
+	// Schema: the runtime could not take the JSON schema it was to sample
+	// with (Request.Format); the API names the parameter that carried it
+	// when Param is "".
+	Schema bool
 }
 
 func (e *InvalidRequestError) Error() string { return e.Msg }

@@ -51,7 +51,9 @@
 //	stop                       Options.Stop; string or array of ≤ 4 strings; empty
 //	                           strings are dropped (they would stop at once)
 //	response_format            {"type":"text"} → nothing; json_object → Format "json";
-//	                           json_schema → Format = json_schema.schema (required object);
+//	                           json_schema → Format = json_schema.schema (required object
+//	                           the runtime can take, CheckSchema: else 400
+//	                           invalid_json_schema naming response_format);
 //	                           json_schema.strict either way (decoding is constrained)
 //	tools                      Tools; ≤ 128, type "function" only, unique names matching
 //	                           ^[a-zA-Z0-9_-]{1,64}$, parameters an object (absent → empty
@@ -120,7 +122,8 @@
 //	                           status incomplete, incomplete_details.reason max_output_tokens
 //	text                       .format {"type":"text"} → nothing; json_object → Format "json";
 //	                           json_schema (name, schema required; description, strict) →
-//	                           Format = schema; .verbosity "medium" only
+//	                           Format = schema (CheckSchema, naming text.format);
+//	                           .verbosity "medium" only
 //	reasoning                  .effort as chat's reasoning_effort → Options.Think; thinking
 //	                           comes back as a reasoning item; .summary → 400
 //	tools                      Tools; ≤ 128 {"type":"function",name,description,parameters,strict};

@@ -421,7 +421,7 @@ var textFormatSchemaFields = newFields("text.format",
 	// value of strict is honoured.
 	optional("strict", setPtr(asBool, func(d *responsesDecoder) **bool { return &d.format.strict })),
 	required("schema", func(d *responsesDecoder, raw json.RawMessage, param string) (e *Error) {
-		d.format.schema, e = rawObject(raw, param)
+		d.format.schema, e = schemaObject(raw, param, "text.format")
 		d.Runtime.Format = d.format.schema
 		return e
 	}),

@@ -406,7 +406,8 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
-	return b.generate(ctx, b.chatURL, body)
+	st, err := b.generate(ctx, b.chatURL, body)
+	return st, schemaRefusal(err)
 }
 
 // generate posts body to url (/api/chat or /api/generate, whose NDJSON
@@ -544,8 +545,13 @@ func (e *abandonedError) Unwrap() error                { return e.err }
 func (e *abandonedError) RuntimeDone() <-chan struct{} { return e.done }
 
 // statusError turns a non-200 answer into the error the API maps to a status.
+// A refusal of the request's JSON schema is the client's to fix, whatever
+// the status the runtime gives it (Ollama answers 500 for most).
 func (b *Backend) statusError(resp *http.Response) error {
 	msg := errorMessage(resp)
+	if schemaRefused(msg) {
+		return refusedSchema(msg)
+	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return &llm.InvalidRequestError{Msg: msg}
