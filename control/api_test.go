@@ -956,12 +956,14 @@ func TestCursorsAreOnlyThoseIssued(t *testing.T) {
 
 // Names and descriptions people read elsewhere may not hide characters:
 // bidi overrides and other invisible formatting characters are refused
-// like control characters.
+// like control characters, and so are characters drawn as nothing (the
+// Hangul fillers, the blank Braille pattern) and a lone joiner.
 func TestInvisibleCharactersAreRefused(t *testing.T) {
 	e := newEnv(t, nil)
 	e.enroll(hwM4)
 	pub, _ := newKey(t, "ed25519")
-	for _, name := range []string{"admin\u202Egnp.exe", "a\u2066b\u2069", "zero\u200bwidth", "x\u0085"} {
+	for _, name := range []string{"admin\u202Egnp.exe", "a\u2066b\u2069", "zero\u200bwidth", "x\u0085",
+		"\u3164", "\u2800", "\u115f", "admin\u3164", "\u200d", "\ufe0f"} {
 		e.req("POST", "/v1/ssh-keys", map[string]any{"name": name, "public_key": pub}).wantErr(t, 400, control.CodeInvalidRequest, "name")
 	}
 	srv := idOf(t, e.req("POST", "/v1/servers", serverBody("web-1")).must(t, 201))
@@ -970,6 +972,7 @@ func TestInvisibleCharactersAreRefused(t *testing.T) {
 			"action": "allow", "description": desc}
 	}
 	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("allow \u202Eevil")).wantErr(t, 400, control.CodeInvalidRequest, "description")
+	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("\u3164")).wantErr(t, 400, control.CodeInvalidRequest, "description")
 	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("ssh ✓")).must(t, 201)
 	e.req("POST", "/v1/ssh-keys", map[string]any{"name": "👩‍💻 laptop", "public_key": pub}).must(t, 201)
 }
