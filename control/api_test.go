@@ -936,14 +936,17 @@ func TestCursorsAreOnlyThoseIssued(t *testing.T) {
 		t.Fatal("no cursor")
 	}
 	good := *p.NextCursor
-	key, sig, _ := strings.Cut(good, ".")
-	raw, _ := base64.RawURLEncoding.DecodeString(key)
-	forged := []byte(raw)
-	forged[len(forged)-1] ^= 1 // another well-formed position
+	sealed, _ := base64.RawURLEncoding.DecodeString(good)
+	changed := []byte(string(sealed))
+	changed[len(changed)/2] ^= 1
 	for name, c := range map[string]string{
-		"well-formed, never issued": base64.RawURLEncoding.EncodeToString(forged) + "." + sig,
-		"unsigned":                  key,
-		"bad signature":             key + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+		"changed":    base64.RawURLEncoding.EncodeToString(changed),
+		"truncated":  base64.RawURLEncoding.EncodeToString(sealed[:len(sealed)-1]),
+		"short":      base64.RawURLEncoding.EncodeToString(sealed[:8]),
+		"not base64": good + "!",
+		"made up":    base64.RawURLEncoding.EncodeToString([]byte("00000000000000000001/sk_000000000000000000000000")),
+		"old form":   base64.RawURLEncoding.EncodeToString([]byte("00000000000000000001/sk_000000000000000000000000")) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+		"empty":      "",
 	} {
 		t.Run(name, func(t *testing.T) {
 			e.req("GET", "/v1/ssh-keys?limit=1&cursor="+c, nil).wantErr(t, 400, control.CodeInvalidRequest, "cursor")

@@ -176,9 +176,6 @@ func (s *Server) listAPIKeys(r *http.Request, rc *reqCtx) (result, error) {
 	if e != nil {
 		return result{}, e
 	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixAPIKey) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
-	}
 	body, err := s.scanPage(pfxAPIKey+srv.ID+"/", p, func(_ string, val []byte) (any, bool, error) {
 		var rec apiKeyRec
 		if err := json.Unmarshal(val, &rec); err != nil {

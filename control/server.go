@@ -10,6 +10,7 @@ package control
 
 import (
 	"context"
+	"crypto/cipher"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -137,11 +138,11 @@ type Server struct {
 	// apiChanges those that applied folded API changes (foldChanges).
 	reportChanges, apiChanges atomic.Uint64
 
-	seenMu    sync.Mutex
-	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
-	reported  map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
-	persisted map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
-	cursorKey []byte               // signs list cursors (list.go)
+	seenMu     sync.Mutex
+	lastSeen   map[string]time.Time // node ID → last request, ahead of the stored value
+	reported   map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
+	persisted  map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
+	cursorAEAD cipher.AEAD          // seals list cursors (list.go)
 
 	// started bounds how long a node can have been silent: time the
 	// control plane itself was down does not count against nodes.
@@ -476,13 +477,15 @@ func (m *mutation) saveNode(n *nodeRec) {
 }
 
 // bump gives a node a new desired revision and wakes its long-poll once
-// the change is committed.
+// the change is committed. Each node counts its own revisions: the global
+// revision would tell a tenant, who sees its server's revisions and can
+// read its node's, how busy every other tenant is.
 func (m *mutation) bump(nodeID string) error {
 	n, err := m.node(nodeID)
 	if err != nil {
 		return err
 	}
-	n.Revision = m.nextRev()
+	n.Revision++
 	m.wake[nodeID] = true
 	m.saveNode(n)
 	return nil

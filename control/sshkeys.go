@@ -86,9 +86,6 @@ func (s *Server) listSSHKeys(r *http.Request, rc *reqCtx) (result, error) {
 	if e != nil {
 		return result{}, e
 	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixSSHKey) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
-	}
 	body, err := s.scanPage(rc.pk.sshKeySeq(), p, func(_ string, val []byte) (any, bool, error) {
 		var rec sshKeyRec
 		if err := s.st.Get(rc.pk.sshKey(strings.Trim(string(val), `"`)), &rec); err != nil {
