@@ -887,6 +887,36 @@ func TestForgedReportsAreRefusedAndBounded(t *testing.T) {
 	if len(a.body) > 4096 || !strings.Contains(string(a.body), "xxx…") {
 		t.Fatalf("server answer of %d bytes after a 900 KB error", len(a.body))
 	}
+	// A capability of 100 KB is cut; a pull's progress below zero, or
+	// past its total, is brought back within it.
+	report = applied(d, "203.0.113.45")
+	report.RuntimeCapabilities = []string{"completion", strings.Repeat("c", 100<<10)}
+	report.RuntimeProgress = &nodeapi.PullProgress{Status: "pulling", Completed: -5, Total: -1}
+	if err := n.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Enforcement struct {
+			Runtime struct {
+				Capabilities []string
+				Progress     struct{ Completed, Total int64 }
+			}
+		}
+	}
+	a = e.req("GET", "/v1/servers/"+id, nil).must(t, 200)
+	a.decode(t, &v)
+	rt := v.Enforcement.Runtime
+	if len(a.body) > 4096 || len(rt.Capabilities) != 2 || len(rt.Capabilities[1]) > 100 || rt.Progress.Completed != 0 || rt.Progress.Total != 0 {
+		t.Fatalf("server answer of %d bytes after a 100 KB capability and negative progress: %+v", len(a.body), rt)
+	}
+	report.RuntimeProgress = &nodeapi.PullProgress{Status: "pulling", Completed: 1 << 40, Total: 1 << 20}
+	if err := n.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatal(err)
+	}
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	if p := v.Enforcement.Runtime.Progress; p.Completed != 1<<20 || p.Total != 1<<20 {
+		t.Fatalf("progress past its total shown as %+v", p)
+	}
 	if l := e.req("GET", "/v1/servers", nil).must(t, 200); len(l.body) > 4096 {
 		t.Fatalf("list of %d bytes after a 900 KB error", len(l.body))
 	}
