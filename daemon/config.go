@@ -222,7 +222,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "On SIGTERM, how long in-flight requests may finish before they are ended.")
 
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Address of the Prometheus /metrics listener, separate from the public API port. Empty: no metrics.")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain (leaf first): the deployment API serves HTTPS (TLS 1.2+, HTTP/1.1). Set together with tls_key. "+
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain (leaf first): the deployment API serves HTTPS (TLS 1.2+, AEAD cipher suites only; HTTP/1.1). Set together with tls_key. "+
 		"The files are checked every few seconds and a renewed certificate is served to new connections without a restart; open connections are not dropped; a broken renewal is logged and the previous certificate kept.")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key for tls_cert.")
 	fs.BoolVar(&c.AllowPlainHTTP, "allow-plain-http", c.AllowPlainHTTP, "Allow plain HTTP on a non-loopback listen address, e.g. behind a TLS-terminating proxy. Off: API keys never cross the network in the clear.")

@@ -89,7 +89,7 @@ func loader(s *settings) *config.Loader {
 	fs.IntVar(&s.MaxConns, "max-conns", s.MaxConns, "Connections open at once in all; beyond it new ones wait to be accepted. 0: no cap.")
 	fs.IntVar(&s.MaxConnsPerSource, "max-conns-per-source", s.MaxConnsPerSource, "Connections open at once from one IP address; more are closed at once. 0: no cap. Nodes behind one NAT count together.")
 	fs.StringVar(&s.MetricsListen, "metrics-listen", s.MetricsListen, "Address of the Prometheus /metrics listener. Empty: no metrics.")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate chain (leaf first): the management API and node protocol are served over HTTPS (TLS 1.2+, HTTP/2 and HTTP/1.1). Set together with tls_key. "+
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate chain (leaf first): the management API and node protocol are served over HTTPS (TLS 1.2+, AEAD cipher suites only; HTTP/2 and HTTP/1.1). Set together with tls_key. "+
 		"The files are checked every few seconds and a renewed certificate is served to new connections without a restart; a broken renewal is logged and the previous certificate kept. Nodes verify it with control_ca_file or control_cert_sha256.")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key for tls_cert.")
 	fs.BoolVar(&s.AllowPlainHTTP, "allow-plain-http", s.AllowPlainHTTP, "Allow plain HTTP on a non-loopback address, e.g. behind a TLS-terminating proxy. Off: API tokens and node credentials never cross the network in the clear.")
