@@ -148,7 +148,7 @@ func (s *Server) authNode(r *http.Request, rd store.KV) (string, *nodeRec, *apiE
 	s.seenMu.Lock()
 	s.lastSeen[id] = s.now()
 	s.seenMu.Unlock()
-	if q := s.admitIn("node/"+id, s.cfg.Now(), s.cfg.NodeRateLimit, s.cfg.NodeRateBurst); q.wait > 0 {
+	if q := s.admitNode(id, s.cfg.Now()); q.wait > 0 {
 		return id, nil, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
 			message:    "too many requests from this node; retry after the Retry-After delay",
 			retryAfter: int(math.Ceil(q.wait.Seconds()))}

@@ -117,6 +117,9 @@ type Server struct {
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // API token ID → bucket
+	// nodeCredit holds, per node, requests its own changes paid for
+	// (admitNode).
+	nodeCredit map[string]int
 
 	tokMu   sync.Mutex
 	tokUsed map[string]time.Time // API token ID → last request, ahead of the stored value
@@ -200,19 +203,20 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:       cfg,
-		st:        cfg.Store,
-		log:       cfg.Logger,
-		watch:     map[string]chan struct{}{},
-		ownWake:   map[string]int{},
-		limiters:  map[string]*rate.Limiter{},
-		tokUsed:   map[string]time.Time{},
-		projNames: map[string]string{},
-		lastSeen:  map[string]time.Time{},
-		reported:  map[string]time.Time{},
-		persisted: map[string]seenRec{},
-		credNode:  map[string]string{},
-		swept:     make(chan struct{}),
+		cfg:        cfg,
+		st:         cfg.Store,
+		log:        cfg.Logger,
+		watch:      map[string]chan struct{}{},
+		ownWake:    map[string]int{},
+		limiters:   map[string]*rate.Limiter{},
+		nodeCredit: map[string]int{},
+		tokUsed:    map[string]time.Time{},
+		projNames:  map[string]string{},
+		lastSeen:   map[string]time.Time{},
+		reported:   map[string]time.Time{},
+		persisted:  map[string]seenRec{},
+		credNode:   map[string]string{},
+		swept:      make(chan struct{}),
 	}
 	s.w = s.st
 	s.shared, _ = s.st.(store.Shared)
@@ -614,12 +618,15 @@ func (s *Server) wakeNode(nodeID string) {
 	s.wakeLocked(nodeID)
 }
 
-// wakeLocked wakes nodeID's long-poll; with watchMu held.
+// wakeLocked wakes nodeID's long-poll for a change of its desired state,
+// and credits the node the requests that change will cost it; with watchMu
+// held.
 func (s *Server) wakeLocked(nodeID string) {
 	if ch, ok := s.watch[nodeID]; ok {
 		close(ch)
 		delete(s.watch, nodeID)
 	}
+	s.creditNode(nodeID)
 }
 
 // wakeOwn wakes nodeID for one of this process's commits (ownWake), once

@@ -43,6 +43,13 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("control plane answered %d %s: %s (request %s)", e.Status, e.Code, e.Message, e.RequestID)
 }
 
+// IsRateLimited reports whether err is the control plane asking the node
+// to slow down (429): it is there, and RetryAfter says for how long.
+func IsRateLimited(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
+}
+
 // IsUnauthorized reports whether err is the control plane rejecting the
 // credential.
 func IsUnauthorized(err error) bool {

@@ -81,7 +81,7 @@ func loader(s *settings) *config.Loader {
 	fs.DurationVar(&s.DeleteTimeout, "delete-timeout", s.DeleteTimeout, "Time a server stays deleting when its node does not report the wipe; then the server is removed and the node stays out of the pool until it reports the wipe.")
 	fs.Float64Var(&s.RateLimit, "rate-limit", s.RateLimit, "Management API requests per second per API token (token bucket refill); beyond it clients get 429. Positive.")
 	fs.IntVar(&s.RateBurst, "rate-burst", s.RateBurst, "Token bucket size per API token: requests that may come at once. At least 1.")
-	fs.Float64Var(&s.NodeRateLimit, "node-rate-limit", s.NodeRateLimit, "Node protocol requests (long-polls and reports) per second per node; beyond it the node gets 429 and backs off. Positive.")
+	fs.Float64Var(&s.NodeRateLimit, "node-rate-limit", s.NodeRateLimit, "Node protocol requests (long-polls and reports) per second per node; beyond it the node gets 429 and backs off. Those a change of the node's desired state causes are not counted. Positive.")
 	fs.IntVar(&s.NodeRateBurst, "node-rate-burst", s.NodeRateBurst, "Token bucket size per node. At least 1.")
 	fs.DurationVar(&s.ReadTimeout, "read-timeout", s.ReadTimeout, "Time a client has to send a whole request, headers and body; a slower one is cut off.")
 	fs.DurationVar(&s.WriteTimeout, "write-timeout", s.WriteTimeout, "Time to write an answer; a node's long-poll gets its wait on top.")
