@@ -499,6 +499,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		if n.WipePending && o.Wiped && o.Revision >= n.Revision {
 			n.WipePending = false
 			n.Revision++
+			m.saveNode(n)
 			m.wake[n.ID] = true
 			m.logInfo("node reported its wipe; back in the pool", "node", n.ID)
 		}
@@ -517,6 +518,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		}
 		n.ServerID, n.ServerProject = "", ""
 		n.Revision++
+		m.saveNode(n)
 		m.wake[n.ID] = true
 		m.logInfo("server deleted", "server", srv.ID, "node", n.ID)
 		return nil

@@ -44,10 +44,9 @@ func Hidden(s string) (rune, bool) {
 func joiner(r rune) bool { return r == '\u200c' || r == '\u200d' }
 
 // shows reports whether r (a character Hidden let through) is drawn as
-// something a joiner or variation selector can attach to.
-func shows(r rune) bool {
-	return !unicode.IsSpace(r) && !joiner(r) && !unicode.Is(unicode.Variation_Selector, r)
-}
+// something a joiner or variation selector can attach to: a variation
+// selector counts as the character it follows (🏳️‍🌈 joins after one).
+func shows(r rune) bool { return !unicode.IsSpace(r) && !joiner(r) }
 
 // blank reports letters and symbols drawn as nothing, which make a name
 // look empty or like another: the Hangul fillers (U+115F, U+1160, U+3164,

@@ -39,7 +39,8 @@ func TestHidden(t *testing.T) {
 		"a\u200d\u200cb":       '\u200d',
 		"\ufe0f":               '\ufe0f',
 		"x \ufe0f":             '\ufe0f',
-		"x\ufe0f\ufe0f":        '\ufe0f',
+		"🏳\ufe0f\u200d🌈 team":  0, // a selector, then a joiner
+		"❤\ufe0f\u200d🔥":       0,
 		"\U000e0100 ideograph": '\U000e0100',
 	} {
 		r, hidden := Hidden(s)
