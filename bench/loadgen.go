@@ -109,6 +109,10 @@ func newLoadgen(cfg LoadConfig) (*loadgen, error) {
 	switch {
 	case u.Scheme == "https" && cfg.TLS != nil:
 		port = "443"
+		if cfg.TLS.ServerName == "" {
+			cfg.TLS = cfg.TLS.Clone()
+			cfg.TLS.ServerName = u.Hostname()
+		}
 	case u.Scheme != "http":
 		return nil, fmt.Errorf("target %q: want http://, or https:// with a TLS configuration", cfg.Target)
 	default:

@@ -120,6 +120,7 @@ runtime_timeout = "90s"
 max_concurrent = 4
 max_queue = 16
 max_concurrent_per_key = 2
+max_conns_per_source = 64
 max_body_bytes = 1_048_576
 max_output_tokens = 512
 reasoning = false
@@ -167,6 +168,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		MaxConcurrent:       4,
 		MaxQueue:            16,
 		MaxConcurrentPerKey: 2,
+		MaxConnsPerSource:   64,
 		MaxBodyBytes:        1 << 20,
 		MaxOutputTokens:     512,
 		Reasoning:           false,
@@ -413,6 +415,7 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 		{"zero concurrency", "max_concurrent = 0", "config max-concurrent:"},
 		{"listen not host:port", `listen = "nope"`, "config listen:"},
 		{"negative queue", "max_queue = -1", "config max-queue:"},
+		{"negative connection cap", "max_conns_per_source = -1", "config max-conns-per-source:"},
 		{"zero timeout", `read_timeout = "0s"`, "config read-timeout:"},
 		{"negative duration", `shutdown_timeout = "-5s"`, "config shutdown-timeout:"},
 		{"ollama url", `ollama_url = "localhost:11434"`, "config ollama-url:"},

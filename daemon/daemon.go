@@ -24,6 +24,7 @@ import (
 	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/internal/backoff"
 	"github.com/hearthd/hearth/internal/certreload"
+	"github.com/hearthd/hearth/internal/connlimit"
 	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/ollama"
@@ -366,6 +367,8 @@ func (nd *node) openAPI() error {
 	}
 	nd.onClose(func() { _ = ln.Close() })
 	ln = deployapi.NewRetryListener(ln, nd.log)
+	// No one address may take every descriptor with idle connections.
+	ln = connlimit.New(ln, 0, cfg.MaxConnsPerSource)
 	deployapi.CheckFileLimit(cfg.MaxConcurrent, cfg.MaxQueue, nd.log)
 	probeAddr := systemd.LoopbackAddr(ln.Addr())
 	scheme := "http"

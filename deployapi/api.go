@@ -211,7 +211,10 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
-	if ambiguousFraming(&ctx.Request.Header) {
+	if framingRefused(&ctx.Request.Header) {
+		// Its body was never read: discarded before the answer, so that
+		// the close does not reset the connection under it.
+		drainRefusedBody(ctx)
 		a.writeError(ctx, openai.InvalidRequest("", "Request has both Content-Length and Transfer-Encoding."))
 		ctx.SetConnectionClose()
 		a.m.Request(route, ctx.Response.StatusCode())
@@ -337,11 +340,17 @@ func (a *API) handleReady(ctx *fasthttp.RequestCtx) {
 }
 
 // headerReceived runs once a request's headers are in, before its body is
-// read: a request to the API whose key does not authenticate is allowed a
-// body of one byte, so a bad key never makes hearthd buffer a large body;
+// read. A request with ambiguous framing is marked to be refused, whatever
+// its key. A request to the API whose key does not authenticate is allowed
+// a body of one byte, so a bad key never makes hearthd buffer a large body;
 // the read stops at once and handleTransportError answers 401. (A valid key
 // is looked up again by the handler: a hash and a map read.)
 func (a *API) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if ambiguousFraming(h) {
+		// Before the key: refused whatever it is (framing.go).
+		refuseFraming(h)
+		return fasthttp.RequestConfig{}
+	}
 	if h.ContentLength() == 0 || !bytes.HasPrefix(h.RequestURI(), []byte(APIPrefix)) {
 		return fasthttp.RequestConfig{}
 	}

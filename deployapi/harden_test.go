@@ -49,20 +49,45 @@ func rawExchange(t *testing.T, ta *testAPI, req string) []*http.Response {
 
 // RFC 9112 §6.1: a message with both Content-Length and Transfer-Encoding
 // is answered and the connection closed, so nothing smuggled after it is
-// read as a second request.
+// read as a second request: whatever its key (the framing is checked
+// before it), its body (an empty chunked body, one byte, more than a bad
+// key may send) and the order of the two headers.
 func TestContentLengthWithTransferEncodingClosesTheConnection(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil)
 	body := `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`
 	smuggled := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
-	req := "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret +
-		"\r\nContent-Type: application/json\r\nContent-Length: " + itoa(len(body)) +
-		"\r\nTransfer-Encoding: chunked\r\n\r\n" + hexLen(len(body)) + "\r\n" + body + "\r\n0\r\n\r\n" + smuggled
-	resps := rawExchange(t, ta, req)
-	if len(resps) != 1 {
-		t.Fatalf("%d responses, want exactly 1 and the connection closed", len(resps))
+	keys := map[string]string{"good key": "Authorization: Bearer " + ta.secret + "\r\n",
+		"bad key": "Authorization: Bearer hearth_live_nope\r\n", "no key": ""}
+	for keyName, auth := range keys {
+		for bodyName, b := range map[string]string{"body": body, "one byte": "{", "empty": ""} {
+			for _, teFirst := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/te first %v", keyName, bodyName, teFirst), func(t *testing.T) {
+					cl, te := "Content-Length: "+itoa(len(b))+"\r\n", "Transfer-Encoding: chunked\r\n"
+					framing := cl + te
+					if teFirst {
+						framing = te + cl
+					}
+					chunks := "0\r\n\r\n"
+					if b != "" {
+						chunks = hexLen(len(b)) + "\r\n" + b + "\r\n" + chunks
+					}
+					resps := rawExchange(t, ta, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+auth+
+						"Content-Type: application/json\r\n"+framing+"\r\n"+chunks+smuggled)
+					if len(resps) != 1 {
+						t.Fatalf("%d responses, want exactly 1 and the connection closed", len(resps))
+					}
+					if resps[0].StatusCode != 400 || !resps[0].Close {
+						t.Fatalf("status %d, Connection: close %v; want 400 and close", resps[0].StatusCode, resps[0].Close)
+					}
+				})
+			}
+		}
 	}
-	if resps[0].StatusCode != 400 || !resps[0].Close {
-		t.Fatalf("status %d, Connection: close %v; want 400 and close", resps[0].StatusCode, resps[0].Close)
+	// A chunked request alone is served, and its connection kept.
+	resps := rawExchange(t, ta, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+ta.secret+
+		"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"+hexLen(len(body))+"\r\n"+body+"\r\n0\r\n\r\n"+smuggled)
+	if len(resps) != 2 || resps[0].StatusCode != 200 || resps[1].StatusCode != 200 {
+		t.Fatalf("a chunked request and the next one: %d responses", len(resps))
 	}
 }
 

@@ -113,7 +113,8 @@
 //	                           for assistant; input_image, input_file, input_audio → 400),
 //	                           function_call (call_id, name, arguments → ToolCalls of an
 //	                           assistant message), function_call_output (call_id, output →
-//	                           a tool message), reasoning (accepted, dropped); item_reference
+//	                           a tool message; a call_id of no function_call before it → 400
+//	                           naming input, as OpenAI), reasoning (accepted, dropped); item_reference
 //	                           and built-in tools' items → 400
 //	instructions               a system message before the input
 //	temperature                Options.Temperature, 0..2

@@ -272,10 +272,16 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		if e := functionCallOutputItemFields.decodeAt(in, obj, param); e != nil {
 			return e
 		}
-		// Clients may trim history, so an unknown call ID is not an error.
+		// An output answers a call made earlier in the input, as OpenAI
+		// requires: a model shown a result of no call of its own is
+		// shown a conversation that never happened.
+		name, ok := in.toolNames[in.cur.callID]
+		if !ok {
+			return invalid("input", "", "No tool call found for function call output with call_id "+clip(in.cur.callID)+".")
+		}
 		in.cur.msg.Role = "tool"
 		if in.cur.msg.ToolName == "" {
-			in.cur.msg.ToolName = in.toolNames[in.cur.callID]
+			in.cur.msg.ToolName = name
 		}
 		in.msgs = append(in.msgs, in.cur.msg)
 	case "reasoning":

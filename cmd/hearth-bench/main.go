@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -112,11 +114,28 @@ func runLoad(ctx context.Context, args []string) error {
 	fs.IntVar(&c.Requests, "requests", 0, "stop after this many requests (0: duration only)")
 	fs.DurationVar(&c.Ramp, "ramp", 0, "spread the start of closed-loop streams over this time")
 	fs.BoolVar(&c.Verify, "verify", false, "decode every chunk fully")
+	caFile := fs.String("ca-file", "", "for an https:// target: a PEM file of CAs to trust beside the system's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if c.Target == "" {
 		return errors.New("--target is required")
+	}
+	if strings.HasPrefix(c.Target, "https://") {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			return fmt.Errorf("system CAs: %w", err)
+		}
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return fmt.Errorf("--ca-file: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("--ca-file %s: no certificate in it", *caFile)
+			}
+		}
+		c.TLS = &tls.Config{RootCAs: pool}
 	}
 	if _, err := bench.RaiseNoFile(uint64(c.Concurrency) + 1024); err != nil {
 		slog.Warn("open-file limit", "err", err)

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +149,41 @@ func (d *Dir) Renew(t testing.TB, certPEM, keyPEM []byte) {
 		if err := os.Rename(tmp, f.link); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// RequireAEADOnly fails t unless the TLS server at addr (trusted through
+// roots) refuses over TLS 1.2 every cipher suite Go implements that is not
+// an AEAD, each offered alone, and serves the AEAD ones.
+func RequireAEADOnly(t testing.TB, addr string, roots *x509.CertPool) {
+	t.Helper()
+	dial := func(suites []uint16) (tls.ConnectionState, error) {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{
+			RootCAs: roots, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12, CipherSuites: suites})
+		if err != nil {
+			return tls.ConnectionState{}, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState(), nil
+	}
+	var aead []uint16
+	for _, s := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		if !slices.Contains(s.SupportedVersions, tls.VersionTLS12) {
+			continue
+		}
+		if strings.Contains(s.Name, "_GCM_") || strings.Contains(s.Name, "_CHACHA20_POLY1305") {
+			aead = append(aead, s.ID)
+			continue
+		}
+		if _, err := dial([]uint16{s.ID}); err == nil {
+			t.Errorf("TLS 1.2 with %s was served", s.Name)
+		}
+	}
+	st, err := dial(aead)
+	if err != nil {
+		t.Fatalf("TLS 1.2 with the AEAD suites: %v", err)
+	}
+	if !slices.Contains(aead, st.CipherSuite) {
+		t.Fatalf("TLS 1.2 negotiated %s", tls.CipherSuiteName(st.CipherSuite))
 	}
 }
