@@ -11,7 +11,6 @@
 package ollama
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -408,83 +407,6 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	}
 	st, err := b.generate(ctx, b.chatURL, body)
 	return st, schemaRefusal(err)
-}
-
-// generate posts body to url (/api/chat or /api/generate, whose NDJSON
-// answers the stream reads alike) and returns the stream once its first
-// line has arrived: Chat's contract. The request is sent from a goroutine
-// of its own so that the caller can give up on it (ctx's end, the
-// first-byte deadline) while the runtime still reads the prompt.
-func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.Stream, error) {
-	// The request lives until the stream ends, past ctx while the prompt
-	// is read; cancelling it closes its connection, and Ollama stops.
-	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		cancel(err)
-		return nil, fmt.Errorf("ollama: build request: %w", err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/x-ndjson")
-	// A generation the runtime never answered changed nothing, so net/http
-	// may send it again on a fresh connection when a kept one turns out
-	// closed by the runtime (a restart, an idle close). A key without a
-	// value marks it so and is not sent.
-	req.Header["Idempotency-Key"] = nil
-
-	g := b.watch.sent(time.Now())
-	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
-	first := make(chan error, 1)
-	go func() {
-		resp, err := b.hc.Do(req)
-		first <- b.first(s, resp, err)
-	}()
-	select {
-	case err := <-first:
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-	case <-ctx.Done():
-		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
-	case <-g.late: // nil, and never ready, without a first-byte bound
-		b.watch.waited(g, time.Now())
-		return nil, b.abandon(s, first, b.timedOut())
-	}
-	if err := s.decode(&s.line); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%w: %w", llm.ErrUnavailable, err)
-	}
-	// From the first token on, the caller's end is the generation's end.
-	s.stopAfter = context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	return s, nil
-}
-
-// first reads the first line of the answer to s's request into s, resp
-// and err being what sending it returned: nil once the line is s.line.
-func (b *Backend) first(s *stream, resp *http.Response, err error) error {
-	if err != nil {
-		return b.unreachable(err)
-	}
-	s.lines = newLines(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		b.watch.answered(s.track)
-		return b.statusError(resp)
-	}
-	// A runtime that fails before producing anything is reported as
-	// unavailable, not as a broken stream.
-	if err := s.next(); err != nil {
-		var syntax *json.SyntaxError
-		if errors.As(err, &syntax) {
-			return fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", llm.ErrUnavailable, b.base, err)
-		}
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return b.unreachable(err)
-	}
-	b.watch.answered(s.track)
-	return nil
 }
 
 // timedOut is the error of a request with no answer within FirstByteTimeout.
