@@ -95,8 +95,9 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 2 * time.Minute
 	}
+	// The load generator is one source of every stream: no per-source cap.
 	args := []string{"serve", "--listen", addr, "--metrics-listen", maddr, "--state-dir", o.StateDir, "--model", o.Model,
-		"--ollama-url", o.OllamaURL, "--log-level", "warn"}
+		"--ollama-url", o.OllamaURL, "--log-level", "warn", "--max-conns-per-source", "0"}
 	if o.MaxConcurrent > 0 {
 		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
 	}
