@@ -52,6 +52,10 @@ type APIConfig struct {
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.
 	SwitchWait time.Duration
+	// Sealer seals the reasoning the Responses API hands back in
+	// encrypted_content (a key of the node's, internal/sealbox); nil:
+	// encrypted reasoning is refused.
+	Sealer openai.Sealer
 }
 
 // DefaultSwitchWait is APIConfig.SwitchWait's default.
