@@ -335,6 +335,10 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 // probes it.
 func (nd *node) openAPI() error {
 	cfg := nd.cfg
+	cors, err := cfg.corsPolicy() // checked by Validate
+	if err != nil {
+		return err
+	}
 	nd.api = deployapi.NewAPI(deployapi.APIConfig{
 		Model:               cfg.Model,
 		Version:             nd.version,
@@ -346,6 +350,7 @@ func (nd *node) openAPI() error {
 		NoReasoning:         !cfg.Reasoning,
 		WriteStallTimeout:   cfg.WriteStallTimeout,
 		Sealer:              nd.seal,
+		CORS:                cors,
 	}, nd.rt, nd.keys, nd.m, nd.log)
 	nd.onClose(nd.api.Close)
 	nd.m.RegisterRuntimeUp(func() bool {

@@ -52,6 +52,9 @@ type APIConfig struct {
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.
 	SwitchWait time.Duration
+	// CORS is which browser pages' origins may call the API (none by
+	// default).
+	CORS CORSPolicy
 	// Sealer seals the reasoning the Responses API hands back in
 	// encrypted_content (a key of the node's, internal/sealbox); nil:
 	// encrypted reasoning is refused.
@@ -215,6 +218,7 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
+	a.cors(ctx)
 	if framingRefused(&ctx.Request.Header) {
 		// Its body was never read: discarded before the answer, so that
 		// the close does not reset the connection under it.
@@ -227,43 +231,37 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	switch {
 	case string(path) == APIPrefix+"/chat/completions":
 		route = metrics.RouteChatCompletions
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleChat(ctx)
 	case string(path) == APIPrefix+"/responses":
 		route = metrics.RouteResponses
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleResponses(ctx)
 	case string(path) == APIPrefix+"/embeddings":
 		route = metrics.RouteEmbeddings
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleEmbeddings(ctx)
 	case string(path) == APIPrefix+"/completions":
 		route = metrics.RouteCompletions
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleCompletions(ctx)
 	case string(path) == APIPrefix+"/models":
 		route = metrics.RouteModels
-		if !isGet(method) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "GET, HEAD") {
 			break
 		}
 		a.handleModels(ctx, "")
 	case bytes.HasPrefix(path, []byte(APIPrefix+"/models/")):
 		route = metrics.RouteModel
-		if !isGet(method) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "GET, HEAD") {
 			break
 		}
 		a.handleModels(ctx, string(path[len(APIPrefix+"/models/"):]))
@@ -281,6 +279,22 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }
+
+// methodAllowed reports whether the request may go on to its route's
+// handler, which takes methods ("POST", or "GET, HEAD"). Otherwise it has
+// answered it: a CORS preflight when browsers may call the API, else 405.
+func (a *API) methodAllowed(ctx *fasthttp.RequestCtx, methods string) bool {
+	m := ctx.Method()
+	if methods == "POST" && string(m) == "POST" || methods != "POST" && isGet(m) {
+		return true
+	}
+	if a.cfg.CORS.Enabled() && isPreflight(ctx) {
+		a.preflight(ctx, methods)
+		return false
+	}
+	a.writeError(ctx, openai.MethodNotAllowed(string(m), string(ctx.Path())))
+	return false
+}
 
 func (a *API) authenticate(ctx *fasthttp.RequestCtx) (apikeys.Key, bool) {
 	key, err := a.keys.Authenticate(ctx.Request.Header.Peek("Authorization"))
@@ -383,6 +397,7 @@ func bodyless(h *fasthttp.RequestHeader) bool {
 // handleTransportError answers requests fasthttp could not read: bodies over
 // the limit, oversized headers, malformed HTTP, read timeouts.
 func (a *API) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	a.cors(ctx) // the page may read why
 	var e *openai.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge) && bodyless(&ctx.Request.Header):
