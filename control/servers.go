@@ -219,7 +219,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		rec.SSHKeyIDs = []string{}
 	}
 	node.ServerID, node.ServerProject = id, rc.project
-	node.Revision++
+	m.newRevision(&node)
 	m.saveNode(&node)
 	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err

@@ -213,6 +213,7 @@ const APIPrefix = "/api/v1"
 
 // Handle routes one request.
 func (a *API) Handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
 	route := metrics.RouteOther
 	defer a.recoverHandler(ctx, &route)
 	path := ctx.Path()
@@ -260,7 +261,7 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		}
 		a.handleModels(ctx, "")
 	case bytes.HasPrefix(path, []byte(APIPrefix+"/models/")):
-		route = metrics.RouteModel
+		route = metrics.RouteModels
 		if !a.methodAllowed(ctx, "GET, HEAD") {
 			break
 		}
@@ -276,6 +277,10 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		a.writeError(ctx, openai.NotFound(string(method), string(path)))
 	}
 	a.m.Request(route, ctx.Response.StatusCode())
+	if !ctx.Response.IsBodyStream() {
+		// A stream's duration is observed at its end (completion.observe).
+		a.m.ObserveRequest(route, a.Model(), time.Since(start))
+	}
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }

@@ -326,7 +326,7 @@ func testStreamCountedBeforeItsEnd(t *testing.T, overTLS bool) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got := counterValue(t, ta, "hearth_chat_completions_total", labels); got != float64(i+1) {
+		if got := counterValue(t, ta, "hearth_generations_total", labels); got != float64(i+1) {
 			t.Fatalf("after stream %d ended: %v counted", i+1, got)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 )
 
@@ -34,7 +35,7 @@ func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, _ int) (llm.Stream, error) {
+	c, ok := a.startCompletion(ctx, metrics.RouteResponses, sl, start, req.Stream, func(gctx context.Context, _ int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, &req.Runtime)
 	})
 	if !ok {
