@@ -1,7 +1,6 @@
 package deployapi
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -12,23 +11,12 @@ import (
 	"github.com/hearthd/hearth/llm/fake"
 )
 
-func newSealer(t *testing.T) *sealbox.Box {
-	t.Helper()
-	k := make([]byte, 32)
-	_, _ = rand.Read(k)
-	b, err := sealbox.New(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // include reasoning.encrypted_content hands the thinking out sealed; sent
 // back in the next request's input, the runtime is given it again as the
 // assistant's thinking. Another node's seal is a 400 that never reaches
 // the runtime.
 func TestResponsesEncryptedReasoning(t *testing.T) {
-	seal := newSealer(t)
+	seal := sealbox.Ephemeral()
 	ta := startAPI(t, thinker, func(c *APIConfig) { c.Sealer = seal })
 	r := response(t, ta.postResponses(t, respBody(`,"include":["reasoning.encrypted_content"],"store":false`)))
 	if len(r.Output) != 2 || r.Output[0].Type != "reasoning" || r.Output[0].EncryptedContent == "" ||
@@ -58,7 +46,7 @@ func TestResponsesEncryptedReasoning(t *testing.T) {
 		t.Fatalf("no encrypted_content in the stream: %v", eventTypes(evs))
 	}
 
-	other := startAPI(t, thinker, func(c *APIConfig) { c.Sealer = newSealer(t) })
+	other := startAPI(t, thinker, func(c *APIConfig) { c.Sealer = sealbox.Ephemeral() })
 	resp = other.postResponses(t, next)
 	if e := errorOf(t, resp); resp.StatusCode != 400 || e["code"] != "invalid_encrypted_content" || e["param"] != "input[1].encrypted_content" {
 		t.Fatalf("another node's seal: %d %v", resp.StatusCode, e)

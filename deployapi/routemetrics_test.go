@@ -11,25 +11,7 @@ import (
 // the labels in want.
 func histogramCount(t *testing.T, ta *testAPI, name string, want map[string]string) uint64 {
 	t.Helper()
-	mfs, err := ta.api.m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := want[l.GetName()]; ok && v != l.GetValue() {
-					continue metric
-				}
-			}
-			return m.GetHistogram().GetSampleCount()
-		}
-	}
-	return 0
+	return findMetric(t, ta, name, want).GetHistogram().GetSampleCount()
 }
 
 // Each route counts under its own label, with the model it served: a

@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/hearthd/hearth/internal/sealbox"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -124,7 +125,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, e := DecodeResponsesRequest([]byte(tt.body), testModel, testSealer(t))
+			got, e := DecodeResponsesRequest([]byte(tt.body), testModel, sealbox.Ephemeral())
 			if e != nil {
 				t.Fatalf("unexpected error: %v", e)
 			}
@@ -230,7 +231,7 @@ func TestDecodeResponsesRequestRefusals(t *testing.T) {
 		{`{"model":"` + testModel + `","input":[{"type":"reasoning","id":"r","foo":1}]}`, "input[0].foo", "unknown_parameter"},
 	}
 	for _, tt := range tests {
-		_, e := DecodeResponsesRequest([]byte(tt.body), testModel, testSealer(t))
+		_, e := DecodeResponsesRequest([]byte(tt.body), testModel, sealbox.Ephemeral())
 		if e == nil {
 			t.Errorf("%s: accepted", tt.body)
 			continue
@@ -261,9 +262,9 @@ func TestEveryResponsesFieldIsDecoded(t *testing.T) {
 		if name == "prompt_cache_options" || name == "access_programs" { // any object
 			v = `[1]`
 		}
-		_, e := DecodeResponsesRequest([]byte(`{"model":"`+testModel+`","input":"hi",`+string(key)+`:`+v+`}`), testModel, testSealer(t))
+		_, e := DecodeResponsesRequest([]byte(`{"model":"`+testModel+`","input":"hi",`+string(key)+`:`+v+`}`), testModel, sealbox.Ephemeral())
 		if name == "model" || name == "input" {
-			_, e = DecodeResponsesRequest([]byte(`{"model":1,"input":1}`), testModel, testSealer(t))
+			_, e = DecodeResponsesRequest([]byte(`{"model":1,"input":1}`), testModel, sealbox.Ephemeral())
 		}
 		// An unknown key inside the field's object is about the field too.
 		if e == nil || e.Param == "" || !strings.HasPrefix(e.Param, name) && name != "input" || e.Param == "x" {
@@ -277,7 +278,7 @@ func TestResponsesEcho(t *testing.T) {
 	req, e := DecodeResponsesRequest([]byte(rbody(`,"instructions":"be\nbrief","max_output_tokens":16,"temperature":0.5,`+
 		`"tools":[{"type":"function","name":"f","parameters":{ "type" : "object" },"strict":false}],"tool_choice":{"type":"function","name":"f"},`+
 		`"parallel_tool_calls":false,"metadata":{"z":"1","a":"2"},"reasoning":{"effort":"high"},`+
-		`"text":{"format":{"type":"json_schema","name":"s","description":"d","schema":{"type":"object"},"strict":true}}`)), testModel, testSealer(t))
+		`"text":{"format":{"type":"json_schema","name":"s","description":"d","schema":{"type":"object"},"strict":true}}`)), testModel, sealbox.Ephemeral())
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -304,7 +305,7 @@ var (
 // reasoning round trip has it; under another key, or tampered with, it is
 // refused.
 func TestEncryptedReasoningRoundTrip(t *testing.T) {
-	seal := testSealer(t)
+	seal := sealbox.Ephemeral()
 	req, e := DecodeResponsesRequest([]byte(rbody(`,"include":["reasoning.encrypted_content"]`)), testModel, seal)
 	if e != nil {
 		t.Fatal(e)
@@ -353,7 +354,7 @@ func TestEncryptedReasoningRoundTrip(t *testing.T) {
 			t.Errorf("plain content beside the sealed one: %v, %+v", e, next)
 		}
 		// Another node's key, or a changed byte, does not open it.
-		if _, e := DecodeResponsesRequest(body, testModel, testSealer(t)); e == nil || e.Code != "invalid_encrypted_content" ||
+		if _, e := DecodeResponsesRequest(body, testModel, sealbox.Ephemeral()); e == nil || e.Code != "invalid_encrypted_content" ||
 			!strings.HasSuffix(e.Param, ".encrypted_content") {
 			t.Errorf("another key: got %v, want invalid_encrypted_content", e)
 		}
@@ -416,7 +417,7 @@ func TestResponseEncodingGolden(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, e := DecodeResponsesRequest([]byte(tc.body), testModel, testSealer(t))
+			req, e := DecodeResponsesRequest([]byte(tc.body), testModel, sealbox.Ephemeral())
 			if e != nil {
 				t.Fatal(e)
 			}
@@ -540,7 +541,7 @@ func sdkValid(t *testing.T, path string, v reflect.Value) {
 
 // A streamed text token costs no allocation once the buffers have room.
 func TestResponseTextDoesNotAllocate(t *testing.T) {
-	req, e := DecodeResponsesRequest([]byte(rbody("")), testModel, testSealer(t))
+	req, e := DecodeResponsesRequest([]byte(rbody("")), testModel, sealbox.Ephemeral())
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -580,7 +581,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		f.Add([]byte(s), "tok\n")
 	}
 	f.Fuzz(func(t *testing.T, b []byte, tok string) {
-		req, e := DecodeResponsesRequest(b, testModel, testSealer(t))
+		req, e := DecodeResponsesRequest(b, testModel, sealbox.Ephemeral())
 		if (req == nil) == (e == nil) {
 			t.Fatalf("got request %v and error %v", req, e)
 		}

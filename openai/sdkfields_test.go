@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -42,7 +41,7 @@ func TestSDKChatFieldsAreKnown(t *testing.T) {
 
 func TestSDKResponsesFieldsAreKnown(t *testing.T) {
 	w := newSDKWalk(t, map[string]any{"model": testModel, "input": "hi", "stream": true},
-		func(b []byte) *Error { _, e := DecodeResponsesRequest(b, testModel, testSealer(t)); return e })
+		func(b []byte) *Error { _, e := DecodeResponsesRequest(b, testModel, sealbox.Ephemeral()); return e })
 	w.object(reflect.TypeFor[responses.ResponseNewParams]())
 	w.done(60)
 }
@@ -398,15 +397,4 @@ func constantValue(t reflect.Type) (any, bool) {
 		return nil, false
 	}
 	return m.Func.Call([]reflect.Value{reflect.New(t).Elem()})[0].String(), true
-}
-
-// testSealer is a sealer under a fresh key.
-func testSealer(t testing.TB) Sealer {
-	k := make([]byte, 32)
-	_, _ = rand.Read(k)
-	b, err := sealbox.New(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }

@@ -58,6 +58,15 @@ func New(key []byte) (*Box, error) {
 	return b, b.use(key)
 }
 
+// Ephemeral returns a box over a random key kept nowhere: what it seals
+// opens only in this process, until Rotate (tests).
+func Ephemeral() *Box {
+	k, _ := newKey(nil) // stores nothing, so cannot fail
+	b := &Box{}
+	_ = b.use(k) // a 32-byte key always makes a cipher
+	return b
+}
+
 // newKey makes a random key and stores it.
 func newKey(kv store.KV) ([]byte, error) {
 	k := make([]byte, keyLen)
