@@ -224,6 +224,8 @@
 //	                           other value → 400
 //	store                      false → nothing; true → 400 (responses are not kept)
 //	background                 false → nothing; true → 400
+//	background_options,        objects, accepted and ignored: no background execution (as
+//	image                      background true is a 400), no image input to compress
 //	previous_response_id,      any value → 400: nothing is stored; send the whole
 //	conversation, prompt       conversation as input
 //

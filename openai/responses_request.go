@@ -219,6 +219,8 @@ var responsesFields = newFields("",
 	optional("prompt_cache_retention", ignoredString[responsesDecoder]),
 	optional("prompt_cache_options", ignoredObject[responsesDecoder]),
 	optional("access_programs", ignoredObject[responsesDecoder]),
+	optional("background_options", ignoredObject[responsesDecoder]),
+	optional("image", ignoredObject[responsesDecoder]),
 
 	// State kept between requests: this deployment keeps none.
 	optional("store", func(_ *responsesDecoder, raw json.RawMessage, param string) *Error {

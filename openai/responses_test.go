@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -259,7 +260,7 @@ func TestEveryResponsesFieldIsDecoded(t *testing.T) {
 	for _, name := range responsesFields.names() {
 		key, _ := json.Marshal(name)
 		v := `{"x":[1]}`
-		if name == "prompt_cache_options" || name == "access_programs" { // any object
+		if slices.Contains([]string{"prompt_cache_options", "access_programs", "background_options", "image"}, name) { // any object
 			v = `[1]`
 		}
 		_, e := DecodeResponsesRequest([]byte(`{"model":"`+testModel+`","input":"hi",`+string(key)+`:`+v+`}`), testModel, sealbox.Ephemeral())
