@@ -76,6 +76,11 @@ type NodeConfig struct {
 	// model (context length, capabilities), reported with every observed
 	// state.
 	ModelInfo func() (contextLength int, capabilities []string)
+	// RuntimeRestarts, if set, reports whether hearthd is restarting the
+	// runtime now, and its last restart (nil if none), reported with every
+	// observed state: the runtime's state is restarting while one runs,
+	// else healthy or degraded as the health check says.
+	RuntimeRestarts func() (restarting bool, last *nodeapi.RuntimeRestart)
 }
 
 // Node keeps a node at the control plane's desired state through its
@@ -187,6 +192,17 @@ func (a *Node) Observed() nodeapi.Observed {
 	if a.cfg.ModelInfo != nil {
 		n.RuntimeContextLength, n.RuntimeCapabilities = a.cfg.ModelInfo()
 	}
+	n.RuntimeState = nodeapi.RuntimeHealthy
+	if a.healthErr != nil {
+		n.RuntimeState = nodeapi.RuntimeDegraded
+	}
+	if a.cfg.RuntimeRestarts != nil {
+		var restarting bool
+		restarting, n.RuntimeLastRestart = a.cfg.RuntimeRestarts()
+		if restarting {
+			n.RuntimeState = nodeapi.RuntimeRestarting
+		}
+	}
 	if p := o.Runtime.Progress; p.Status != "" {
 		n.RuntimeProgress = &nodeapi.PullProgress{Status: p.Status, Completed: p.Completed, Total: p.Total}
 	}
@@ -202,6 +218,15 @@ func (a *Node) Observed() nodeapi.Observed {
 	// tenant's data.
 	n.Wiped = a.desired != nil && a.desired.Wipe && a.desired.Revision == o.Revision && o.TenantInForce(o.Revision)
 	return n
+}
+
+// ReportNow has the observed state re-checked and posted at once (if it
+// changed), as after an apply: the runtime's health changed.
+func (a *Node) ReportNow() {
+	select {
+	case a.report <- struct{}{}:
+	default:
+	}
 }
 
 // nodeCredential is the credential file's content.
@@ -343,10 +368,7 @@ func (a *Node) apply(ctx context.Context, d nodeapi.Desired, persist bool) {
 	if d.Wipe && o.TenantInForce(d.Revision) {
 		a.log.Info("server wiped: its rules, SSH keys, API keys and usage are removed", "revision", d.Revision)
 	}
-	select {
-	case a.report <- struct{}{}:
-	default:
-	}
+	a.ReportNow()
 }
 
 // reporter posts the observed state after every apply, every change the
