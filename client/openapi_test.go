@@ -67,6 +67,7 @@ var inlineEnums = map[string][]string{
 	"Server.billing":              {BillingMonthly},
 	"EnforcementConcern.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
 	"RuntimeEnforcement.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
+	"RuntimeEnforcement.health":   {RuntimeHealthy, RuntimeDegraded, RuntimeRestarting},
 }
 
 func strs[T ~string](vs []T) []string {
