@@ -32,7 +32,13 @@ type SoakOptions struct {
 	// client that abandons a long stream after 0.3 s in a loop and the
 	// Responses and embeddings clients.
 	Streams int
-	// Settle is how long after the load the end sample waits (default 15 s).
+	// Warmup is the same load before the start sample, not counted
+	// (default 30 s): what hearthd allocates once (pools, buffers, the
+	// runtime's connections) is in both samples.
+	Warmup time.Duration
+	// Settle is how long after the load (the warm-up's and the
+	// measured one's) a sample waits, the clients' connections closed
+	// (default 15 s).
 	Settle time.Duration
 	// Log receives hearthd's and Ollama's output beside the file the soak
 	// reads it from; nil: the file only.
@@ -103,6 +109,9 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 	if o.Streams <= 0 {
 		o.Streams = 16
 	}
+	if o.Warmup <= 0 {
+		o.Warmup = 30 * time.Second
+	}
 	if o.Settle <= 0 {
 		o.Settle = 15 * time.Second
 	}
@@ -155,19 +164,30 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 		res.OllamaVersion = v
 	}
 	sc := &soakClient{base: h.URL + "/api/v1", key: key, model: model, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	// One of each before the start sample: connections and caches warm.
 	for _, k := range []func(context.Context) soakOutcome{sc.chat, sc.responses, sc.embeddings} {
 		if out := k(ctx); out.status != "200" {
-			return nil, fmt.Errorf("warm-up request: %s", out.status)
+			return nil, fmt.Errorf("first request: %s", out.status)
 		}
 	}
-	if res.Start, err = soakSample(ctx, h); err != nil {
+	// The load stopped, the clients gone: what hearthd holds then.
+	sample := func() (SoakSample, error) {
+		sc.hc.CloseIdleConnections()
+		select {
+		case <-ctx.Done():
+			return SoakSample{}, ctx.Err()
+		case <-time.After(o.Settle):
+		}
+		return soakSample(ctx, h)
+	}
+	sc.drive(ctx, o.Warmup, o.Streams, func(string, soakOutcome) {})
+	if res.Start, err = sample(); err != nil {
 		return nil, err
 	}
 
 	var mu sync.Mutex
 	var ttfts []time.Duration
-	record := func(kind string, out soakOutcome) {
+	start := time.Now()
+	sc.drive(ctx, o.Duration, o.Streams, func(kind string, out soakOutcome) {
 		mu.Lock()
 		defer mu.Unlock()
 		k := res.Kinds[kind]
@@ -186,34 +206,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 		case kind == "chat_stream":
 			ttfts = append(ttfts, out.wait)
 		}
-	}
-	start := time.Now()
-	lctx, stop := context.WithTimeout(ctx, o.Duration)
-	defer stop()
-	var wg sync.WaitGroup
-	loop := func(kind string, pause time.Duration, do func(context.Context) soakOutcome) {
-		wg.Go(func() {
-			for lctx.Err() == nil {
-				// A request started is finished, whatever the clock says:
-				// its outcome is what the soak measures (ctx ends it only
-				// when the soak is stopped).
-				record(kind, do(ctx))
-				if pause > 0 {
-					select {
-					case <-lctx.Done():
-					case <-time.After(pause):
-					}
-				}
-			}
-		})
-	}
-	for range o.Streams {
-		loop("chat_stream", 0, sc.chat)
-	}
-	loop("chat_abandoned", 0, sc.abandon)
-	loop("responses", 250*time.Millisecond, sc.responses)
-	loop("embeddings", 250*time.Millisecond, sc.embeddings)
-	wg.Wait()
+	})
 	res.Elapsed = time.Since(start)
 
 	var total, failed int
@@ -234,18 +227,45 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 			res.Restarts[reason] = int(v)
 		}
 	}
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(o.Settle):
-	}
-	if res.End, err = soakSample(ctx, h); err != nil {
+	if res.End, err = sample(); err != nil {
 		return nil, err
 	}
 	if res.Recoveries, err = recoveries(logPath); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// drive runs the mixed load for d and passes each request's outcome to
+// record: streams closed-loop streamed chats, one client leaving a long
+// stream after 0.3 s in a loop, a Responses and an embeddings client.
+func (c *soakClient) drive(ctx context.Context, d time.Duration, streams int, record func(kind string, out soakOutcome)) {
+	lctx, stop := context.WithTimeout(ctx, d)
+	defer stop()
+	var wg sync.WaitGroup
+	loop := func(kind string, pause time.Duration, do func(context.Context) soakOutcome) {
+		wg.Go(func() {
+			for lctx.Err() == nil {
+				// A request started is finished, whatever the clock says:
+				// its outcome is what the soak measures (ctx ends it only
+				// when the soak is stopped).
+				record(kind, do(ctx))
+				if pause > 0 {
+					select {
+					case <-lctx.Done():
+					case <-time.After(pause):
+					}
+				}
+			}
+		})
+	}
+	for range streams {
+		loop("chat_stream", 0, c.chat)
+	}
+	loop("chat_abandoned", 0, c.abandon)
+	loop("responses", 250*time.Millisecond, c.responses)
+	loop("embeddings", 250*time.Millisecond, c.embeddings)
+	wg.Wait()
 }
 
 // soakOutcome is one request's end.

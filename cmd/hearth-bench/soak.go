@@ -20,6 +20,7 @@ func runSoak(ctx context.Context, log *slog.Logger, args []string) error {
 	hearthd := fs.String("hearthd", "", "hearthd binary (default: built from ./cmd/hearthd)")
 	ollamaBin := fs.String("ollama", "", "ollama binary (default: as internal/ollamatest finds it)")
 	duration := fs.Duration("duration", 10*time.Minute, "how long the load runs")
+	warmup := fs.Duration("warmup", 30*time.Second, "the same load before the start sample, not counted")
 	streams := fs.Int("streams", 16, "closed-loop streamed chats (32 tokens each) beside the other clients")
 	out := fs.String("out", "", "file for the JSON report (default: none)")
 	hearthdLog := fs.String("hearthd-log", "", "file for a copy of hearthd's and Ollama's output")
@@ -38,7 +39,7 @@ func runSoak(ctx context.Context, log *slog.Logger, args []string) error {
 	defer closeLog()
 	log.Info("soak", "duration", *duration, "streams", *streams)
 	res, err := bench.RunSoak(ctx, bench.SoakOptions{HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work,
-		Duration: *duration, Streams: *streams, Log: logw})
+		Duration: *duration, Warmup: *warmup, Streams: *streams, Log: logw})
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ const (
 	// every WedgeTimeout/2).
 	Degraded
 	// Restarting: the runtime is being restarted. Generations wait for it
-	// (at most RestartWait) instead of being sent; a successful Warm ends
+	// (at most restartWait) instead of being sent; a successful Warm ends
 	// the restart.
 	Restarting
 )
