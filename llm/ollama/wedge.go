@@ -290,7 +290,7 @@ func (w *watch) loadEnd(warmed bool) {
 	}
 	w.mu.Unlock()
 	if back {
-		w.log.Info("model runtime restarted and the model loaded: serving again")
+		w.log.Debug("model runtime restarted and the model loaded: serving again")
 	}
 }
 
