@@ -351,21 +351,25 @@ func (w *watch) tick() {
 // wedged acts on a wedge found for reason: a restart if onWedged starts
 // one, else the Degraded report.
 func (w *watch) wedged(reason string) {
-	restarting := w.onWedged != nil && w.onWedged(reason)
 	w.mu.Lock()
 	if w.health != Healthy {
 		w.mu.Unlock()
 		return
 	}
-	w.reason = reason
-	if restarting {
-		w.restarting()
-	} else {
-		w.health = Degraded
-		w.arm(time.Now())
-	}
+	// Degraded until onWedged says the runtime is restarted: onWedged may
+	// have the state reported at once, and must see it so.
+	w.reason, w.health = reason, Degraded
+	w.arm(time.Now())
 	w.mu.Unlock()
-	if !restarting {
+	if w.onWedged != nil && w.onWedged(reason) {
+		w.mu.Lock()
+		if w.health == Degraded { // onWedged did not call Restarting itself
+			w.restarting()
+		}
+		w.mu.Unlock()
+		return
+	}
+	if w.onWedged == nil { // otherwise its owner logs it
 		w.log.Error("model runtime is wedged: it takes requests and answers none; restart it (e.g. systemctl restart ollama); "+
 			"reporting not ready until it answers again", "reason", reason)
 	}

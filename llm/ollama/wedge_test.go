@@ -244,6 +244,11 @@ func newWedgeScene(t *testing.T, supervised bool, rt *slotRuntime, mods ...func(
 		cfg.FirstByteTimeout = time.Minute
 		cfg.WedgeTimeout = testWedgeTimeout
 		cfg.OnWedged = func(string) bool {
+			// What OnWedged reports (hearthd's node report) is already
+			// the wedge.
+			if h, _ := sc.b.Health(); h != Degraded {
+				t.Errorf("health when OnWedged is called: %v, want degraded", h)
+			}
 			sc.mu.Lock()
 			sc.wedged = append(sc.wedged, time.Since(sc.start))
 			sc.mu.Unlock()
