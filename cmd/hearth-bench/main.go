@@ -217,16 +217,11 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		log.Warn("open-file limit", "limit", noFile, "err", err)
 	}
-	work, err := os.MkdirTemp("", "hearth-bench-")
-	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	defer os.RemoveAll(work)
-	logw, closeLog, err := hearthdSetup(ctx, log, work, hearthd, *hearthdLog)
+	work, logw, cleanup, err := hearthdSetup(ctx, log, "hearth-bench-", hearthd, *hearthdLog)
 	if err != nil {
 		return err
 	}
-	defer closeLog()
+	defer cleanup()
 
 	rep := &bench.Report{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench run " + strings.Join(args, " ")}
 	if env := systemd.HearthdEnvironment(); len(env) > 0 {
@@ -459,23 +454,30 @@ func startMockProcess(ctx context.Context) (url string, pid int, stop func(), er
 	return url, cmd.Process.Pid, stop, nil
 }
 
-// hearthdSetup builds hearthd into work unless *bin names one (and sets
-// *bin), and opens logPath, if given, for hearthd's and Ollama's output
-// (nil writer otherwise); closeLog closes it.
-func hearthdSetup(ctx context.Context, log *slog.Logger, work string, bin *string, logPath string) (logw io.Writer, closeLog func(), err error) {
+// hearthdSetup makes a work directory (prefix), builds hearthd into it
+// unless *bin names one (and sets *bin), and opens logPath, if given, for
+// hearthd's and Ollama's output (nil writer otherwise); cleanup closes the
+// log and removes the directory.
+func hearthdSetup(ctx context.Context, log *slog.Logger, prefix string, bin *string, logPath string) (work string, logw io.Writer, cleanup func(), err error) {
+	if work, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, nil, fmt.Errorf("work dir: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(work) }
 	if *bin == "" {
 		*bin = filepath.Join(work, "hearthd")
 		log.Info("building hearthd")
 		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *bin, "./cmd/hearthd").CombinedOutput(); err != nil {
-			return nil, nil, fmt.Errorf("build hearthd: %w: %s", err, out)
+			cleanup()
+			return "", nil, nil, fmt.Errorf("build hearthd: %w: %s", err, out)
 		}
 	}
 	if logPath == "" {
-		return nil, func() {}, nil
+		return work, nil, cleanup, nil
 	}
 	f, err := os.Create(logPath)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hearthd log: %w", err)
+		cleanup()
+		return "", nil, nil, fmt.Errorf("hearthd log: %w", err)
 	}
-	return f, func() { f.Close() }, nil
+	return work, f, func() { f.Close(); os.RemoveAll(work) }, nil
 }

@@ -27,16 +27,11 @@ func runSoak(ctx context.Context, log *slog.Logger, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "hearth-soak-")
-	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	defer os.RemoveAll(work)
-	logw, closeLog, err := hearthdSetup(ctx, log, work, hearthd, *hearthdLog)
+	work, logw, cleanup, err := hearthdSetup(ctx, log, "hearth-soak-", hearthd, *hearthdLog)
 	if err != nil {
 		return err
 	}
-	defer closeLog()
+	defer cleanup()
 	log.Info("soak", "duration", *duration, "streams", *streams)
 	res, err := bench.RunSoak(ctx, bench.SoakOptions{HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work,
 		Duration: *duration, Warmup: *warmup, Streams: *streams, Log: logw})
