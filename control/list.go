@@ -73,16 +73,27 @@ func parsePage(r *http.Request, allowed ...string) (page, *apiError) {
 // after the page's cursor, and collects up to limit items; load turns an
 // index entry into an item or skips it.
 func (s *Server) scanPage(prefix string, p page, load func(key string, val []byte) (any, bool, error)) (listBody, error) {
+	return s.scanPageIn(prefix, p, "", "", load)
+}
+
+// scanPageIn is scanPage within the keys [from, until) (either "": no
+// bound).
+func (s *Server) scanPageIn(prefix string, p page, from, until string, load func(key string, val []byte) (any, bool, error)) (listBody, error) {
 	out := listBody{Data: []any{}}
-	start := ""
+	start := until
 	if p.cursor != "" {
 		if !hmac.Equal(s.cursorMAC(prefix, p.cursor), p.mac) {
 			return listBody{}, errBadCursor
 		}
-		start = prefix + p.cursor
+		if c := prefix + p.cursor; start == "" || c < start {
+			start = c
+		}
 	}
 	var last string
 	err := s.st.Scan(prefix, start, true, func(key string, val []byte) (bool, error) {
+		if from != "" && key < from {
+			return false, nil
+		}
 		item, ok, err := load(key, val)
 		if err != nil || !ok {
 			return err == nil, err
