@@ -80,7 +80,8 @@ unavailable, 7 the server failed (--wait), 8 --wait-timeout passed.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef(err.Error() + "\nRun '" + c.CommandPath() + " --help' for usage.")
 	})
-	root.AddCommand(a.serverCommand(), a.sshKeyCommand(), a.firewallRuleCommand(), a.apiKeyCommand(), a.contextCommand())
+	root.AddCommand(a.serverCommand(), a.sshKeyCommand(), a.firewallRuleCommand(), a.apiKeyCommand(), a.usageCommand(),
+		a.actionCommand(), a.auditLogCommand(), a.contextCommand())
 	return root
 }
 
