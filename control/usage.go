@@ -17,19 +17,21 @@ import (
 // Usage over time. A node reports its API keys' minute buckets
 // (nodeapi.UsageBucket), each numbered; a report's new buckets are added,
 // in the change that applies the report, to hour and day records of the
-// node's server and of its project, and the node's last number is kept
-// with them (ctl/useseq/<node>), so that a bucket reported again (the
-// answer lost, a retry to another replica) is never counted twice. Hour
-// records are kept UsageHourRetention, day records UsageDayRetention; the
-// sweep deletes older ones. The records live under the project's usage
-// prefix, ordered by period:
+// node's server, of each of its keys and of its project, and the node's
+// last number is kept with them (ctl/useseq/<node>), so that a bucket
+// reported again (the answer lost, a retry to another replica) is never
+// counted twice. Hour records are kept UsageHourRetention, day records
+// UsageDayRetention; the sweep deletes older ones. The records live under
+// the project's usage prefix, ordered by period:
 //
-//	ctl/use/<project>/<h|d>/<period>              the project's total
-//	ctl/use/<project>/<h|d>/<period>/<server id>  the server's total and each key's
+//	ctl/use/<project>/<h|d>/<period>               the project's total
+//	ctl/use/<project>/<h|d>/<period>/<server id>   the server's total
+//	ctl/use/<project>/<hk|dk>/<period>/<server id> the server's keys, each's
 //
 // where period is the bucket's start in Unix seconds, zero-padded. A
-// project's totals over a window are one read per period, a server's too;
-// a grouped query is one scan of the window. The records of a deleted
+// project's or a server's totals over a window are one read per period; by
+// server, one scan of the window's totals; by key, one scan of its keys'
+// records, which the other queries never read. The records of a deleted
 // server stay: they are the project's history.
 const (
 	pfxUsage    = "ctl/use/"
@@ -58,8 +60,11 @@ type usageKeys string
 
 func usageKeysOf(project string) usageKeys { return usageKeys(pfxUsage + project + "/") }
 
-// periods is the prefix of a granularity's records ("h" or "d").
+// periods is the prefix of a granularity's totals ("h/" or "d/").
 func (k usageKeys) periods(g string) string { return string(k) + g[:1] + "/" }
+
+// keyPeriods is the prefix of a granularity's key records ("hk/", "dk/").
+func (k usageKeys) keyPeriods(g string) string { return string(k) + g[:1] + "k/" }
 
 func (k usageKeys) total(g string, period int64) string {
 	return k.periods(g) + periodKey(period)
@@ -67,6 +72,10 @@ func (k usageKeys) total(g string, period int64) string {
 
 func (k usageKeys) server(g string, period int64, srv string) string {
 	return k.total(g, period) + "/" + srv
+}
+
+func (k usageKeys) keys(g string, period int64, srv string) string {
+	return k.keyPeriods(g) + periodKey(period) + "/" + srv
 }
 
 func periodKey(p int64) string { return fmt.Sprintf("%012d", p) }
@@ -99,8 +108,8 @@ func bucketCounts(b nodeapi.UsageBucket) usageCounts {
 		Reasoning: b.ReasoningTokens, Errors: b.Errors, TTFT: b.TTFT}
 }
 
-// usageRec is a usage record: a project's total in one period, or a
-// server's with each of its keys (Keys).
+// usageRec is a usage record: a project's or a server's total in one
+// period, or a server's keys (Keys only).
 type usageRec struct {
 	usageCounts
 	Keys map[string]*usageCounts `json:"k,omitempty"`
@@ -189,11 +198,15 @@ func (s *Server) applyUsage(m *mutation, nodeID string, srv serverRec, buckets [
 				return err
 			}
 			tot.add(c)
-			rec, err := m.usageRec(uk.server(g, p, srv.ID))
+			st, err := m.usageRec(uk.server(g, p, srv.ID))
 			if err != nil {
 				return err
 			}
-			rec.add(c)
+			st.add(c)
+			rec, err := m.usageRec(uk.keys(g, p, srv.ID))
+			if err != nil {
+				return err
+			}
 			k := rec.Keys[b.KeyID]
 			if k == nil && len(rec.Keys) < maxUsageKeys {
 				if rec.Keys == nil {
@@ -441,6 +454,11 @@ func (s *Server) getUsage(r *http.Request, rc *reqCtx) (result, error) {
 	} else if err := s.scanUsage(uk, uq, counts); err != nil {
 		return result{}, err
 	}
+	return usageResult200(uq, counts)
+}
+
+// usageResult200 is the answer of a usage query.
+func usageResult200(uq usageQuery, counts map[int64]map[usageGroup]*usageCounts) (result, error) {
 	out, e := usageAnswer(uq, counts)
 	if e != nil {
 		return result{}, e
@@ -448,10 +466,13 @@ func (s *Server) getUsage(r *http.Request, rc *reqCtx) (result, error) {
 	return result{status: http.StatusOK, body: out}, nil
 }
 
-// scanUsage reads the server records of the window, one scan, into counts
-// by server or by key.
+// scanUsage reads the window's server totals (by server) or key records
+// (by key), one scan, into counts.
 func (s *Server) scanUsage(uk usageKeys, uq usageQuery, counts map[int64]map[usageGroup]*usageCounts) error {
 	prefix := uk.periods(uq.gran)
+	if uq.groupBy == "api_key" {
+		prefix = uk.keyPeriods(uq.gran)
+	}
 	endKey := prefix + periodKey(uq.end.Unix())
 	return s.st.Scan(prefix, prefix+periodKey(uq.start.Unix()), false, func(key string, val []byte) (bool, error) {
 		if key >= endKey {
@@ -469,7 +490,8 @@ func (s *Server) scanUsage(uk usageKeys, uq usageQuery, counts map[int64]map[usa
 	})
 }
 
-// addServerUsage adds a server record to counts, grouped as asked.
+// addServerUsage adds a server's total, or its keys' record when grouped
+// by key, to counts.
 func addServerUsage(counts map[int64]map[usageGroup]*usageCounts, p int64, srv string, val []byte, groupBy string) error {
 	byGroup := counts[p]
 	if byGroup == nil {
@@ -477,7 +499,7 @@ func addServerUsage(counts map[int64]map[usageGroup]*usageCounts, p int64, srv s
 		counts[p] = byGroup
 	}
 	if groupBy != "api_key" {
-		var c usageCounts // the record's own total; its keys are skipped
+		var c usageCounts
 		if err := json.Unmarshal(val, &c); err != nil {
 			return fmt.Errorf("decode usage of %s: %w", srv, err)
 		}
@@ -515,12 +537,15 @@ func (s *Server) getServerUsage(r *http.Request, rc *reqCtx) (result, error) {
 	}
 	uk := usageKeysOf(rc.project)
 	keys := make([]string, len(uq.periods))
+	prefix := uk.periods(uq.gran)
 	for i, p := range uq.periods {
 		keys[i] = uk.server(uq.gran, p, srv.ID)
+		if uq.groupBy == "api_key" {
+			keys[i], prefix = uk.keys(uq.gran, p, srv.ID), uk.keyPeriods(uq.gran)
+		}
 	}
 	counts := map[int64]map[usageGroup]*usageCounts{}
 	err = store.GetMany(s.st, keys, func(key string, val []byte) error {
-		prefix := uk.periods(uq.gran)
 		p, err := strconv.ParseInt(key[len(prefix):len(prefix)+12], 10, 64)
 		if err != nil {
 			return fmt.Errorf("usage record %s: %w", key, err)
@@ -530,11 +555,7 @@ func (s *Server) getServerUsage(r *http.Request, rc *reqCtx) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	out, e := usageAnswer(uq, counts)
-	if e != nil {
-		return result{}, e
-	}
-	return result{status: http.StatusOK, body: out}, nil
+	return usageResult200(uq, counts)
 }
 
 // usageRetentionEvery is how often the sweep looks for usage records past
@@ -553,10 +574,11 @@ func (s *Server) usageExpired(rd store.KV, now time.Time) ([]string, error) {
 	err := store.ScanJSON(rd, pfxProject, func(_ string, p projectRec) (bool, error) {
 		uk := usageKeysOf(p.ID)
 		for _, g := range []struct {
-			gran string
-			keep time.Duration
-		}{{granHour, s.cfg.UsageHourRetention}, {granDay, s.cfg.UsageDayRetention}} {
-			prefix := uk.periods(g.gran)
+			prefix, gran string
+			keep         time.Duration
+		}{{uk.periods(granHour), granHour, s.cfg.UsageHourRetention}, {uk.keyPeriods(granHour), granHour, s.cfg.UsageHourRetention},
+			{uk.periods(granDay), granDay, s.cfg.UsageDayRetention}, {uk.keyPeriods(granDay), granDay, s.cfg.UsageDayRetention}} {
+			prefix := g.prefix
 			// A period is kept while any of it is within the retention.
 			cutoff := prefix + periodKey(periodStart(now.Add(-g.keep), g.gran).Unix())
 			err := rd.Scan(prefix, "", false, func(key string, _ []byte) (bool, error) {

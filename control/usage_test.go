@@ -227,20 +227,20 @@ func TestUsageRetention(t *testing.T) {
 	count := func() (hours, days int) {
 		for _, key := range control.UsageKeys(t, e.st) {
 			switch {
-			case containsPart(key, "/h/"):
+			case containsPart(key, "/h/"), containsPart(key, "/hk/"):
 				hours++
-			case containsPart(key, "/d/"):
+			case containsPart(key, "/d/"), containsPart(key, "/dk/"):
 				days++
 			}
 		}
 		return hours, days
 	}
-	if h, d := count(); h != 2 || d != 2 {
-		t.Fatalf("records: %d hour, %d day; want 2 and 2 (the project's and the server's)", h, d)
+	if h, d := count(); h != 3 || d != 3 {
+		t.Fatalf("records: %d hour, %d day; want 3 and 3 (the project's, the server's, its keys')", h, d)
 	}
 	clk.add(4 * time.Hour)
 	e.sweep()
-	if h, d := count(); h != 0 || d != 2 {
+	if h, d := count(); h != 0 || d != 3 {
 		t.Fatalf("after 4 h: %d hour, %d day records", h, d)
 	}
 	clk.add(4 * 24 * time.Hour)
