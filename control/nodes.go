@@ -473,9 +473,14 @@ func (s *Server) applyReport(m *mutation, id string, o nodeapi.Observed, now tim
 	if e := checkReport(&o, n.Revision); e != nil {
 		return false, e, nil
 	}
-	if e := checkUsageBuckets(o.UsageBuckets, now); e != nil {
+	buckets, skipped, e := checkUsageBuckets(o.UsageBuckets, now)
+	if e != nil {
 		return false, e, nil
 	}
+	if skipped > 0 {
+		m.logWarn("usage buckets no node can have made passed over", "node", id, "buckets", skipped)
+	}
+	o.UsageBuckets = buckets
 	// Usage is kept per key (recordUsage) and over time (applyUsage), not
 	// in the node record.
 	kept := o

@@ -122,39 +122,36 @@ const (
 	maxBucketTokens   = 1 << 40
 )
 
-// checkUsageBuckets refuses buckets a node cannot have made: numbers not
-// increasing, a minute not on a minute or too far ahead, a key that is not
-// a managed key's ID, counts out of bounds.
-func checkUsageBuckets(buckets []nodeapi.UsageBucket, now time.Time) *apiError {
+// checkUsageBuckets keeps the buckets of a report a node can have made
+// and returns how many it passed over: a number not above the one before
+// it, a key that is not a managed key's ID, counts out of bounds. A minute
+// too far in the future (a node's clock ahead) counts at now's. A report
+// is never refused for its buckets' content, which would keep the node
+// from reporting anything else: only for more than a report may carry.
+func checkUsageBuckets(buckets []nodeapi.UsageBucket, now time.Time) ([]nodeapi.UsageBucket, int, *apiError) {
 	if len(buckets) > nodeapi.MaxUsageBuckets {
-		return invalid("usage_buckets", "usage_buckets lists %d; at most %d", len(buckets), nodeapi.MaxUsageBuckets)
+		return nil, 0, invalid("usage_buckets", "usage_buckets lists %d; at most %d", len(buckets), nodeapi.MaxUsageBuckets)
 	}
+	kept := make([]nodeapi.UsageBucket, 0, len(buckets)) // the report is read twice (a dry run first)
 	var last uint64
-	for i, b := range buckets {
-		param := fmt.Sprintf("usage_buckets[%d]", i)
-		switch {
-		case b.Seq <= last:
-			return invalid(param+".seq", "usage bucket numbers must increase from 1")
-		case !b.Minute.Equal(b.Minute.Truncate(time.Minute)) || b.Minute.After(now.Add(usageClockSkew)):
-			return invalid(param+".minute", "a usage bucket's minute must be a minute's start, not in the future")
-		case !validID(b.KeyID, prefixAPIKey):
-			return invalid(param+".key_id", "a usage bucket's key_id must be an API key's ID")
-		case b.Requests > maxBucketRequests || b.Errors > maxBucketRequests || b.PromptTokens > maxBucketTokens ||
-			b.CompletionTokens > maxBucketTokens || b.ReasoningTokens > b.CompletionTokens:
-			return invalid(param, "a usage bucket's counts are out of bounds")
-		case len(b.TTFT) > nodeapi.TTFTBins:
-			return invalid(param+".ttft", "a usage bucket's ttft has at most %d bins", nodeapi.TTFTBins)
-		}
+	for _, b := range buckets {
 		var ttft uint64
 		for _, c := range b.TTFT {
 			ttft += c
 		}
-		if ttft > maxBucketRequests {
-			return invalid(param+".ttft", "a usage bucket's counts are out of bounds")
+		if b.Seq <= last || !validID(b.KeyID, prefixAPIKey) || len(b.TTFT) > nodeapi.TTFTBins || ttft > maxBucketRequests ||
+			b.Requests > maxBucketRequests || b.Errors > maxBucketRequests || b.PromptTokens > maxBucketTokens ||
+			b.CompletionTokens > maxBucketTokens || b.ReasoningTokens > b.CompletionTokens {
+			continue
 		}
 		last = b.Seq
+		b.Minute = b.Minute.UTC().Truncate(time.Minute)
+		if b.Minute.After(now.Add(usageClockSkew)) {
+			b.Minute = now.UTC().Truncate(time.Minute)
+		}
+		kept = append(kept, b)
 	}
-	return nil
+	return kept, len(buckets) - len(kept), nil
 }
 
 // applyUsage adds the report's usage buckets that are new (numbered after

@@ -177,8 +177,10 @@ func TestUsageBadInput(t *testing.T) {
 		wantErr(t, 404, "not_found", "id")
 }
 
-// TestUsageBucketsChecked: a report with buckets a node cannot have made
-// is refused whole and changes nothing.
+// TestUsageBucketsChecked: buckets no node can have made are passed over
+// and the rest of the report is applied (refusing it would keep the node
+// from reporting anything); a minute ahead of the clock counts now; more
+// buckets than a report may carry is a 400 that changes nothing.
 func TestUsageBucketsChecked(t *testing.T) {
 	e := newEnv(t, nil)
 	n := e.enroll(hwM4)
@@ -186,26 +188,31 @@ func TestUsageBucketsChecked(t *testing.T) {
 	k := idOf(t, e.req("POST", "/v1/servers/"+sid+"/api-keys", map[string]any{"name": "a"}).must(t, 201))
 	d := converge(t, n, "192.0.2.91")
 	m := time.Now().UTC().Truncate(time.Minute)
-	for name, bs := range map[string][]nodeapi.UsageBucket{
-		"seq not increasing": {bucket(2, k, m, 1), bucket(2, k, m, 1)},
-		"seq zero":           {bucket(0, k, m, 1)},
-		"not a minute":       {bucket(1, k, m.Add(time.Second), 1)},
-		"future":             {bucket(1, k, m.Add(time.Hour), 1)},
-		"not a key":          {bucket(1, "key_local", m, 1)},
-		"reasoning > output": {{Seq: 1, KeyID: k, Minute: m, CompletionTokens: 1, ReasoningTokens: 2}},
-		"ttft too long":      {{Seq: 1, KeyID: k, Minute: m, TTFT: make([]uint64, nodeapi.TTFTBins+1)}},
-	} {
-		o := applied(d, "192.0.2.91")
-		o.UsageBuckets = bs
-		if err := n.client.ReportObserved(t.Context(), o); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
+	o := applied(d, "192.0.2.91")
+	o.UsageBuckets = make([]nodeapi.UsageBucket, nodeapi.MaxUsageBuckets+1)
+	for i := range o.UsageBuckets {
+		o.UsageBuckets[i] = bucket(uint64(i+1), k, m, 1)
 	}
+	if err := n.client.ReportObserved(t.Context(), o); err == nil {
+		t.Fatal("a report of too many buckets was accepted")
+	}
+	o.UsageBuckets = []nodeapi.UsageBucket{
+		bucket(1, k, m, 1),
+		bucket(1, k, m, 100), // a number not above the one before
+		bucket(2, "key_local", m, 100),
+		{Seq: 3, KeyID: k, Minute: m, CompletionTokens: 1, ReasoningTokens: 2},
+		{Seq: 4, KeyID: k, Minute: m, Requests: 100, TTFT: make([]uint64, nodeapi.TTFTBins+1)},
+		bucket(5, k, m.Add(time.Second), 2),  // counts in its minute
+		bucket(6, k, m.Add(3*time.Hour), 4), // a clock ahead: counts now
+	}
+	n.report(t, o)
 	u := e.usage(t, "/v1/usage", url.Values{"start": {m.Add(-time.Hour).Format(time.RFC3339)}, "granularity": {"hour"}})
+	var total uint64
 	for _, b := range u.Data {
-		if b.Results[0].Requests != 0 {
-			t.Fatalf("a refused report counted: %+v", u)
-		}
+		total += b.Results[0].Requests
+	}
+	if total != 7 {
+		t.Fatalf("%d requests counted, want 7 (1 + 2 + 4)", total)
 	}
 }
 
