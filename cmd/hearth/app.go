@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, s stdio) int {
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "hearth",
-		Short: "Manage your hearth deployments: servers, SSH keys, firewall rules and API keys",
+		Short: "Manage your hearth deployments: servers, SSH keys, firewall rules, API keys, usage, actions, audit log",
 		Long: `hearth manages the servers you rent from a hearth control plane.
 
 It connects with HEARTH_URL and HEARTH_TOKEN, or with a context of its
