@@ -14,7 +14,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run test deps unit fuzz lint bench bench-fleet deb ollama clean
+.PHONY: all build run test deps unit fuzz lint bench bench-fleet deb ollama terraform terraform-provider terraform-docs clean
 
 all: build
 
@@ -30,6 +30,24 @@ run:
 # Every Ollama version of the test matrix, built if missing.
 ollama:
 	@scripts/ensure-ollama.sh --all
+
+# The Terraform CLI the provider's tests drive (1.5.7, the last MPL-2.0
+# release), built from source if missing.
+terraform:
+	@scripts/ensure-terraform.sh
+
+# The Terraform provider (not in the .deb), and the ~/.terraformrc lines
+# that make Terraform use it without a registry.
+terraform-provider:
+	@mkdir -p bin
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/terraform-provider-hearth
+	@printf '%s\n' "bin/terraform-provider-hearth built. To use it, put in ~/.terraformrc:" "" \
+		"provider_installation {" "  dev_overrides {" "    \"hearthd/hearth\" = \"$(CURDIR)/bin\"" "  }" "  direct {}" "}"
+
+# docs/terraform/ from the provider's schema, examples and templates
+# (tfplugindocs); a test checks they are in step.
+terraform-docs:
+	@scripts/terraform-docs.sh
 
 # The Debian packages the tests need: installed as root, else the apt-get
 # line to run.
@@ -47,12 +65,13 @@ test: deps lint unit fuzz
 
 # HEARTH_OLLAMA_BINS lists the matrix (VERSION=PATH,...) for
 # internal/ollamatest; HEARTH_OLLAMA_BIN is the current version, for tests
-# that use one.
+# that use one; TF_ACC_TERRAFORM_PATH is the Terraform CLI the provider's
+# tests drive.
 unit: deps
 	@set -e; bins=$$(scripts/ensure-ollama.sh --all); bins=$$(echo "$$bins" | paste -sd, -); \
-	bin=$$(scripts/ensure-ollama.sh); \
-	echo "HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin $(GO) test -race -count=1 -timeout 30m ./..."; \
-	HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin $(GO) test -race -count=1 -timeout 30m ./...
+	bin=$$(scripts/ensure-ollama.sh); tf=$$(scripts/ensure-terraform.sh); \
+	echo "HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf $(GO) test -race -count=1 -timeout 30m ./..."; \
+	HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf $(GO) test -race -count=1 -timeout 30m ./...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -69,12 +88,8 @@ bench:
 # PostgreSQL with one and two replicas (see BENCHMARKS.md, "Fleet").
 # FLEETFLAGS passes hearth-bench fleet flags, e.g.
 # FLEETFLAGS='--nodes 1000 --backends pebble --profile /tmp/fleetprof'.
-# The simulated fleet shares the cores with what it measures: it runs with
-# the runtime setting the daemons' units give them, which takes ~30 % off
-# its own CPU (BENCHMARKS.md, "The runtime's monitor thread in the control
-# plane and the fleet").
 bench-fleet: deps
-	GODEBUG=schedtrace=2147483647 $(GO) run ./cmd/hearth-bench fleet $(FLEETFLAGS)
+	$(GO) run ./cmd/hearth-bench fleet $(FLEETFLAGS)
 
 # hearth_<version>_amd64.deb (binaries, units, conffiles) with nfpm.
 deb:

@@ -308,8 +308,12 @@ func (a *Node) poll(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			wait := max(bo.Next(), nodeapi.RetryAfter(err))
-			a.log.Warn("control plane unreachable; keeping the last desired state", "err", err, "retry_in", wait)
+			wait := a.retryWait(bo, err)
+			if nodeapi.IsRateLimited(err) {
+				a.log.Warn("control plane asked this node to slow down; polling again after its Retry-After", "retry_in", wait)
+			} else {
+				a.log.Warn("control plane unreachable; keeping the last desired state", "err", err, "retry_in", wait)
+			}
 			_ = backoff.Sleep(ctx, wait) // the loop ends when ctx does
 			continue
 		}
@@ -426,8 +430,12 @@ func (a *Node) reporter(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			wait := max(bo.Next(), nodeapi.RetryAfter(err))
-			a.log.Warn("report observed state failed", "err", err, "retry_in", wait)
+			wait := a.retryWait(bo, err)
+			if nodeapi.IsRateLimited(err) {
+				a.log.Warn("control plane asked this node to slow down; reporting again after its Retry-After", "retry_in", wait)
+			} else {
+				a.log.Warn("report observed state failed", "err", err, "retry_in", wait)
+			}
 			retry = time.After(wait)
 			continue
 		}
@@ -488,6 +496,17 @@ func (a *Node) observe(ctx context.Context) nodeapi.Observed {
 	a.ip, a.healthErr = ip, herr
 	a.mu.Unlock()
 	return a.Observed()
+}
+
+// retryWait is how long to wait before trying again after err: what a
+// control plane that is there and rate-limits the node asks for (its
+// Retry-After, not a growing backoff), else the next backoff, or longer
+// if the control plane asked for longer.
+func (a *Node) retryWait(bo *backoff.Backoff, err error) time.Duration {
+	if nodeapi.IsRateLimited(err) {
+		return max(nodeapi.RetryAfter(err), a.cfg.MinBackoff)
+	}
+	return max(bo.Next(), nodeapi.RetryAfter(err))
 }
 
 // newBackoff returns a retry backoff from MinBackoff to MaxBackoff,

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/internal/backoff"
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/sshkeys"
 	"github.com/hearthd/hearth/store"
@@ -264,6 +267,12 @@ const defaultModel = "node-default"
 
 func startAgent(t *testing.T, cfg agent.NodeConfig, healthy *atomic.Bool) *agentRun {
 	t.Helper()
+	return startAgentLogged(t, cfg, healthy, nil)
+}
+
+// startAgentLogged is startAgent with the agent logging to log.
+func startAgentLogged(t *testing.T, cfg agent.NodeConfig, healthy *atomic.Bool, log *slog.Logger) *agentRun {
+	t.Helper()
 	r := &agentRun{fw: &firewall.Fake{}, keys: sshkeys.NewFake(), apiKeys: newFakeAPIKeys(),
 		models: newFakeModels(defaultModel, "tiny"), done: make(chan error, 1)}
 	health := func(context.Context) error {
@@ -281,7 +290,7 @@ func startAgent(t *testing.T, cfg agent.NodeConfig, healthy *atomic.Bool) *agent
 	r.runtime = agent.NewRuntime(r.models, agent.RuntimeConfig{Default: defaultModel,
 		Backoff: backoff.Backoff{Min: 10 * time.Millisecond, Max: 200 * time.Millisecond}}, nil)
 	r.enf = agent.NewEnforcer(agent.Concerns{Firewall: r.fw, SSHKeys: r.keys, APIKeys: r.apiKeys, Runtime: r.runtime}, nil)
-	r.agent = agent.NewNode(cfg, r.enf, health, nil)
+	r.agent = agent.NewNode(cfg, r.enf, health, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	rtDone := make(chan error, 1)
@@ -594,4 +603,27 @@ func TestNodeAgentNeedsCredentialOrToken(t *testing.T) {
 	if err := a.Run(t.Context()); err == nil {
 		t.Fatal("Run without credential or enrollment token succeeded")
 	}
+}
+
+// TestNodeAgentRateLimitedIsNotUnreachable: a control plane that answers
+// 429 is there: the agent says it was asked to slow down (never that the
+// control plane is unreachable), waits what the answer's Retry-After asks
+// and then goes on following it.
+func TestNodeAgentRateLimitedIsNotUnreachable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := startCtlWith(t, func(c *control.Config) { c.NodeRateLimit, c.NodeRateBurst = 0.1, 2 })
+		var logs testutil.SyncBuffer
+		startAgentLogged(t, nodeConfig(t, ctl), nil, slog.New(slog.NewTextHandler(&logs, nil)))
+		// The first poll and report take the bucket; the next poll is
+		// refused for the 10 s the bucket takes to refill one request.
+		within(t, time.Second, "refused", func() bool { return strings.Contains(logs.String(), "slow down") })
+		srv := ctl.createServer(nil)
+		within(t, time.Minute, "running after the Retry-After", func() bool { return ctl.serverStatus(srv) == "running" })
+		if strings.Contains(logs.String(), "unreachable") {
+			t.Fatalf("a 429 was logged as the control plane unreachable:\n%s", logs.String())
+		}
+		if !strings.Contains(logs.String(), "retry_in=10s") {
+			t.Fatalf("the wait is not the Retry-After:\n%s", logs.String())
+		}
+	})
 }

@@ -86,10 +86,14 @@ type Authenticator interface {
 	// Authenticate checks a raw Authorization header value. Any error means
 	// 401; use Reason to label it.
 	Authenticate(header []byte) (Key, error)
-	// Admit charges one request to the key's per-minute limits and says
+	// Admit charges one request to the key's per-minute limits, reserves
+	// reserve tokens (its estimate) of its tokens per minute, and says
 	// whether it may run. A key without limits (or an unknown one) is
-	// always allowed.
-	Admit(id string) Quota
+	// always allowed and reserves nothing.
+	Admit(id string, reserve int64) Quota
+	// Release gives back the tokens Admit reserved (Quota.Reserved), once
+	// the request's real tokens are recorded (RecordUsage).
+	Release(id string, reserved int64)
 	// RecordUsage adds to a key's usage totals, and charges the tokens to
 	// its tokens-per-minute limit. Unknown IDs are ignored.
 	RecordUsage(id string, requests, promptTokens, completionTokens int64)
@@ -463,12 +467,19 @@ func (k *Keyring) Authenticate(header []byte) (Key, error) {
 
 // Admit implements Authenticator: a key without limits costs one map
 // lookup; a limited one takes its own limiter's lock.
-func (k *Keyring) Admit(id string) Quota {
+func (k *Keyring) Admit(id string, reserve int64) Quota {
 	e, ok := k.idx.Load().byID[id]
 	if !ok || e.limits == nil {
 		return Quota{Allowed: true}
 	}
-	return e.limits.admit(k.now())
+	return e.limits.admit(reserve, k.now())
+}
+
+// Release implements Authenticator.
+func (k *Keyring) Release(id string, reserved int64) {
+	if e, ok := k.idx.Load().byID[id]; ok && e.limits != nil {
+		e.limits.release(reserved, k.now())
+	}
 }
 
 // RecordUsage adds to a key's usage totals, notes its last use and charges

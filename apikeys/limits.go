@@ -14,8 +14,12 @@ type Quota struct {
 	Allowed    bool
 	RetryAfter time.Duration
 	// Requests and Tokens are the two per-minute limits; a zero Limit is
-	// unlimited (and gets no headers).
+	// unlimited (and gets no headers). They are what is left after the
+	// request and its reservation.
 	Requests, Tokens Window
+	// Reserved is how many tokens an allowed request holds of the key's
+	// tokens per minute until Release gives them back.
+	Reserved int64
 }
 
 // Limited reports whether the key has a limit at all.
@@ -33,9 +37,13 @@ type Window struct {
 // (as OpenAI's limits behave: using half the limit leaves the other half
 // now and the whole of it a minute later).
 //
-// Tokens are charged when a generation ends — only then are they known —
-// so a request admitted under the limit may leave the bucket below zero;
-// the key then waits until a token is back. Hand-written
+// A request is admitted while a whole request and a whole token are left,
+// and reserves its estimated tokens (prompt and most output, at most the
+// whole limit) at once, so requests that arrive together cannot all start
+// on the same tokens: a burst overshoots by at most the last admitted
+// request's reservation. Its real tokens are charged when it ends — only
+// then are they known — and the reservation given back, so the bucket may
+// go below zero; the key then waits until a token is back. Hand-written
 // rather than golang.org/x/time/rate: that limiter cannot charge more than
 // its burst after the fact, which a long generation does.
 type limiter struct {
@@ -102,24 +110,39 @@ func minutes(m float64) time.Duration {
 	return time.Duration(math.Ceil(m * float64(time.Minute)))
 }
 
-// admit takes one request if both limits allow it: a whole request and a
-// whole token are left.
-func (l *limiter) admit(now time.Time) Quota {
+// admit takes one request if both limits allow it (a whole request and a
+// whole token are left), and reserves reserve tokens of it, at most the
+// whole limit: a reservation beyond it would hold the key back longer
+// without holding back anyone else.
+func (l *limiter) admit(reserve int64, now time.Time) Quota {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.req.refill(now)
 	l.tok.refill(now)
 	q := Quota{RetryAfter: max(l.req.wait(1), l.tok.wait(1))}
-	if q.Allowed = q.RetryAfter == 0; q.Allowed && l.req.limit > 0 {
-		l.req.level--
+	if q.Allowed = q.RetryAfter == 0; q.Allowed {
+		if l.req.limit > 0 {
+			l.req.level--
+		}
+		if l.tok.limit > 0 && reserve > 0 {
+			q.Reserved = int64(min(float64(reserve), l.tok.limit))
+			l.tok.level -= float64(q.Reserved)
+		}
 	}
 	q.Requests, q.Tokens = l.req.window(), l.tok.window()
 	return q
 }
 
+// release gives back n reserved tokens, never above the limit (which may
+// have been lowered since).
+func (l *limiter) release(n int64, now time.Time) { l.add(n, now) }
+
 // charge takes n tokens after a generation, however many are left.
-func (l *limiter) charge(n int64, now time.Time) {
-	if n <= 0 {
+func (l *limiter) charge(n int64, now time.Time) { l.add(-n, now) }
+
+// add moves the token level by n, up to the limit.
+func (l *limiter) add(n int64, now time.Time) {
+	if n == 0 {
 		return
 	}
 	l.mu.Lock()
@@ -128,5 +151,5 @@ func (l *limiter) charge(n int64, now time.Time) {
 		return
 	}
 	l.tok.refill(now)
-	l.tok.level -= float64(n)
+	l.tok.level = min(l.tok.limit, l.tok.level+float64(n))
 }

@@ -260,7 +260,7 @@ func TestManagedHotPathDoesNotAllocate(t *testing.T) {
 	h := bearer(secret)
 	allocs := testing.AllocsPerRun(200, func() {
 		key, _ := k.Authenticate(h)
-		_ = k.Admit(key.ID)
+		_ = k.Admit(key.ID, 0)
 		k.RecordUsage(key.ID, 1, 3, 4)
 	})
 	if allocs != 0 {

@@ -54,14 +54,24 @@ func (s *Static) AddLimited(name string, rpm, tpm int) (string, Key) {
 }
 
 // Admit implements Authenticator.
-func (s *Static) Admit(id string) Quota {
+func (s *Static) Admit(id string, reserve int64) Quota {
 	s.mu.Lock()
 	l := s.limits[id]
 	s.mu.Unlock()
 	if l == nil {
 		return Quota{Allowed: true}
 	}
-	return l.admit(s.now())
+	return l.admit(reserve, s.now())
+}
+
+// Release implements Authenticator.
+func (s *Static) Release(id string, reserved int64) {
+	s.mu.Lock()
+	l := s.limits[id]
+	s.mu.Unlock()
+	if l != nil {
+		l.release(reserved, s.now())
+	}
 }
 
 // Revoke revokes the key with the given id.

@@ -199,7 +199,7 @@ func (cp *ControlPlane) startReplica(ctx context.Context, o ControlOptions, i in
 	if o.Log != nil {
 		w = io.MultiWriter(o.Log, out)
 	}
-	p, err := startProcess(ctx, o.Bin, args, env, w, "http://"+addr, "/v1/openapi.json", 2*time.Minute)
+	p, err := startProcess(ctx, o.Bin, args, env, w, "http://"+addr, "/v1/openapi.json", 2*time.Minute, nil)
 	if err != nil {
 		tail := out.Tail(2 << 10)
 		if o.DatabaseURL != "" && strings.Contains(tail, "flag provided but not defined: -database-url") {

@@ -37,6 +37,8 @@ type HearthdOptions struct {
 	Log io.Writer
 	// ReadyTimeout bounds the wait for /readyz; default 2 minutes.
 	ReadyTimeout time.Duration
+	// TLS, if set, has hearthd serve HTTPS with its certificate.
+	TLS *TLSFiles
 }
 
 // Hearthd is a running hearthd process.
@@ -93,17 +95,24 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = 2 * time.Minute
 	}
+	// The load generator is one source of every stream: no per-source cap.
 	args := []string{"serve", "--listen", addr, "--metrics-listen", maddr, "--state-dir", o.StateDir, "--model", o.Model,
-		"--ollama-url", o.OllamaURL, "--log-level", "warn"}
+		"--ollama-url", o.OllamaURL, "--log-level", "warn", "--max-conns-per-source", "0"}
 	if o.MaxConcurrent > 0 {
 		args = append(args, "--max-concurrent", strconv.Itoa(o.MaxConcurrent))
 	}
 	if o.MaxQueue > 0 {
 		args = append(args, "--max-queue", strconv.Itoa(o.MaxQueue))
 	}
+	url, client := "http://"+addr, &http.Client{Timeout: 2 * time.Second}
+	if o.TLS != nil {
+		args = append(args, "--tls-cert", o.TLS.CertFile, "--tls-key", o.TLS.KeyFile)
+		url = "https://" + addr
+		client.Transport = &http.Transport{TLSClientConfig: o.TLS.Client}
+	}
 	args = append(args, o.Extra...)
 	// As the unit runs it: what it costs is measured as it ships.
-	h, err := startProcess(ctx, o.Bin, args, systemd.HearthdEnvironment(), o.Log, "http://"+addr, "/readyz", o.ReadyTimeout)
+	h, err := startProcess(ctx, o.Bin, args, systemd.HearthdEnvironment(), o.Log, url, "/readyz", o.ReadyTimeout, client)
 	if err != nil {
 		return nil, fmt.Errorf("hearthd: %w", err)
 	}
@@ -114,7 +123,7 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 // startProcess starts bin with args and env (added to this process's
 // environment) and waits until url+readyPath answers 200. The process's
 // output goes to log (nil discards it).
-func startProcess(ctx context.Context, bin string, args, env []string, log io.Writer, url, readyPath string, timeout time.Duration) (*Process, error) {
+func startProcess(ctx context.Context, bin string, args, env []string, log io.Writer, url, readyPath string, timeout time.Duration, client *http.Client) (*Process, error) {
 	// Not CommandContext: the process must outlive the start-up context and
 	// is stopped by Stop.
 	cmd := exec.Command(bin, args...)
@@ -136,7 +145,7 @@ func startProcess(ctx context.Context, bin string, args, env []string, log io.Wr
 		close(h.done)
 		h.exited <- err
 	}()
-	if err := waitReady(ctx, url+readyPath, timeout, h.exited); err != nil {
+	if err := waitReady(ctx, client, url+readyPath, timeout, h.exited); err != nil {
 		_ = h.Stop()
 		return nil, fmt.Errorf("not ready: %w", err)
 	}
@@ -146,10 +155,12 @@ func startProcess(ctx context.Context, bin string, args, env []string, log io.Wr
 
 // waitReady polls url until it answers 200, the process exits or the
 // timeout passes.
-func waitReady(ctx context.Context, url string, timeout time.Duration, exited <-chan error) error {
+func waitReady(ctx context.Context, client *http.Client, url string, timeout time.Duration, exited <-chan error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client := &http.Client{Timeout: 2 * time.Second}
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {

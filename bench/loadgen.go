@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,8 @@ type LoadConfig struct {
 	// Verify decodes every chunk fully and checks its shape; slower, for
 	// tests.
 	Verify bool
+	// TLS is the client configuration for an https:// Target.
+	TLS *tls.Config
 }
 
 // LoadResult is what one run measured.
@@ -102,12 +105,22 @@ func newLoadgen(cfg LoadConfig) (*loadgen, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse target: %w", err)
 	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("target %q: only http:// is supported", cfg.Target)
+	port := "80"
+	switch {
+	case u.Scheme == "https" && cfg.TLS != nil:
+		port = "443"
+		if cfg.TLS.ServerName == "" {
+			cfg.TLS = cfg.TLS.Clone()
+			cfg.TLS.ServerName = u.Hostname()
+		}
+	case u.Scheme != "http":
+		return nil, fmt.Errorf("target %q: want http://, or https:// with a TLS configuration", cfg.Target)
+	default:
+		cfg.TLS = nil
 	}
 	addr := u.Host
 	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
+		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	if cfg.Prompt == "" {
 		cfg.Prompt = "Write a story about a fox."
@@ -301,6 +314,15 @@ func (lg *loadgen) do(ctx context.Context, c *client, s *sample) *client {
 		if err != nil {
 			s.fail(fmt.Errorf("dial: %w", err))
 			return nil
+		}
+		if lg.cfg.TLS != nil {
+			tc := tls.Client(conn, lg.cfg.TLS)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				_ = conn.Close()
+				s.fail(fmt.Errorf("TLS handshake: %w", err))
+				return nil
+			}
+			conn = tc
 		}
 		c = &client{conn: conn, br: bufio.NewReaderSize(conn, 4096)}
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
@@ -58,7 +59,7 @@ func StartOllama(ctx context.Context, bin, dir string, log io.Writer) (*Ollama, 
 	}
 	o := &Ollama{URL: "http://" + addr, PID: cmd.Process.Pid, cmd: cmd, exited: make(chan error, 1)}
 	go func() { o.exited <- cmd.Wait() }()
-	if err := waitReady(ctx, o.URL+"/api/version", 30*time.Second, o.exited); err != nil {
+	if err := waitReady(ctx, nil, o.URL+"/api/version", 30*time.Second, o.exited); err != nil {
 		o.Stop()
 		return nil, fmt.Errorf("ollama not ready: %w", err)
 	}
@@ -91,6 +92,9 @@ type RealOptions struct {
 	// Nginx puts a private nginx in front of the same Ollama as a third
 	// side of every round.
 	Nginx bool
+	// TLS, if set, has clients reach hearthd and nginx over HTTPS (the
+	// production path).
+	TLS *TLSFiles
 }
 
 // RealRound is one direct, one nginx (if asked) and one through run.
@@ -105,6 +109,7 @@ type RealRound struct {
 type RealResult struct {
 	// OllamaVersion is what the runtime's /api/version answered.
 	OllamaVersion string      `json:"ollama_version"`
+	Transport     string      `json:"transport"` // "tls" or "http", as ScenarioResult's
 	Model         string      `json:"model"`
 	Concurrency   int         `json:"concurrency"`
 	MaxTokens     int         `json:"max_tokens"`
@@ -135,8 +140,12 @@ type RealResult struct {
 // Markdown renders the comparison.
 func (r *RealResult) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Real runtime (Ollama %s + %s, %d stream(s), max_tokens %d, %d alternating rounds):\n\n",
-		r.OllamaVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds))
+	over := "plain HTTP"
+	if r.Transport == "tls" {
+		over = "TLS"
+	}
+	fmt.Fprintf(&b, "Real runtime (Ollama %s + %s, %d stream(s), max_tokens %d, %d alternating rounds, hearthd and nginx over %s):\n\n",
+		r.OllamaVersion, r.Model, r.Concurrency, r.MaxTokens, len(r.Rounds), over)
 	if r.NginxTokensPS > 0 {
 		b.WriteString("| | Ollama /v1 direct | through nginx | through hearthd | hearthd / nginx |\n|---|---|---|---|---|\n")
 		fmt.Fprintf(&b, "| tokens/s | %.0f | %.0f | %.0f | **%.3f×** |\n", r.DirectTokensPS, r.NginxTokensPS, r.ThroughTokensPS, ratio(r.ThroughTokensPS, r.NginxTokensPS))
@@ -281,7 +290,7 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 	start := func(ctx context.Context) (*Hearthd, error) {
 		return StartHearthd(ctx, HearthdOptions{
 			Bin: o.HearthdBin, StateDir: state, Model: model, OllamaURL: ol.URL,
-			MaxConcurrent: 64, MaxQueue: 256, Log: o.Log,
+			MaxConcurrent: 64, MaxQueue: 256, Log: o.Log, TLS: o.TLS,
 		})
 	}
 	h, err := start(ctx)
@@ -290,7 +299,13 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 	}
 	defer func() { _ = h.Stop() }()
 
-	res := &RealResult{Model: model, Concurrency: o.Concurrency, MaxTokens: o.MaxTokens}
+	res := &RealResult{Model: model, Concurrency: o.Concurrency, MaxTokens: o.MaxTokens, Transport: "http"}
+	var clientTLS *tls.Config
+	ncfg := nginxtest.Config{Upstream: u.Host}
+	if o.TLS != nil {
+		res.Transport, clientTLS = "tls", o.TLS.Client
+		ncfg.TLSCert, ncfg.TLSKey = o.TLS.CertFile, o.TLS.KeyFile
+	}
 	if v, err := api.NewClient(u, http.DefaultClient).Version(ctx); err == nil {
 		res.OllamaVersion = v
 	}
@@ -298,16 +313,16 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 		Prompt: "Tell me a long story about a fox and a dog."}
 	direct, through := lc, lc
 	direct.Target = ol.URL + "/v1"
-	through.Target, through.Key = h.URL+"/api/v1", key
+	through.Target, through.Key, through.TLS = h.URL+"/api/v1", key, clientTLS
 	sides := []LoadConfig{direct, through}
 	var ng *nginxtest.Proxy
 	if o.Nginx {
-		if ng, err = nginxtest.New(nginxtest.Config{Upstream: u.Host}); err != nil {
+		if ng, err = nginxtest.New(ncfg); err != nil {
 			return nil, fmt.Errorf("nginx: %w", err)
 		}
 		defer ng.Close()
 		viaNginx := lc
-		viaNginx.Target = ng.URL + "/v1"
+		viaNginx.Target, viaNginx.TLS = ng.URL+"/v1", clientTLS
 		sides = append(sides, viaNginx)
 	}
 	// Warm every path (connections, the runner's caches) before measuring.
@@ -345,7 +360,7 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 			return nil, err
 		}
 		clc := lc
-		clc.Key = key
+		clc.Key, clc.TLS = key, clientTLS
 		cs, err := ColdStart(ctx, o.ColdRuns, 10, start, clc, direct)
 		if err != nil {
 			return nil, err

@@ -50,7 +50,6 @@ type Report struct {
 	MaxThroughput string           `json:"max_throughput_scenario,omitempty"`
 	ColdStart     *ColdStartResult `json:"cold_start,omitempty"`
 	Real          *RealResult      `json:"real_runtime,omitempty"`
-	Floor         *FloorResult     `json:"relay_floor,omitempty"`
 	Notes         []string         `json:"notes,omitempty"`
 }
 
@@ -79,77 +78,78 @@ func writeRunHeader(b *strings.Builder, started time.Time, m Machine, command st
 	}
 }
 
-// Markdown renders the report's tables.
+// Markdown renders the report's tables: over TLS (the production path)
+// first, then over plain HTTP.
 func (r *Report) Markdown() string {
 	var b strings.Builder
 	writeRunHeader(&b, r.Started, r.Machine, r.Command)
-	if len(r.Scenarios) > 0 {
-		b.WriteString("| scenario | load | TTFT p50 direct / through | TTFT p99 direct / through | added TTFT p50 / p99 | inter-token p99 direct / through | completions/s direct / through | tokens/s direct / through | hearthd CPU-s per 1M tokens | hearthd RSS peak / HWM MiB | errors direct / through | CPU-µs/token hearthd / mock / loadgen |\n")
-		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, tr := range []struct{ name, title string }{
+		{"tls", "Over TLS (the production path): clients reach hearthd and nginx over HTTPS, the same certificate"},
+		{"http", "Over plain HTTP (loopback, or behind a TLS-terminating proxy)"},
+	} {
+		var scs []ScenarioResult
 		for _, s := range r.Scenarios {
-			sc := s.Scenario
-			load := fmt.Sprintf("closed %d streams", sc.Concurrency)
-			if sc.Rate > 0 {
-				load = fmt.Sprintf("open %.0f req/s", sc.Rate)
+			if s.Transport == tr.name || s.Transport == "" && tr.name == "http" {
+				scs = append(scs, s)
 			}
-			pace := "unlimited"
-			if sc.Mock.TPS > 0 {
-				pace = fmt.Sprintf("%.0f tok/s", sc.Mock.TPS)
-			}
-			load += fmt.Sprintf(", %d tok @ %s, TTFT %s, %s", sc.Tokens, pace, sc.Mock.TTFT, sc.Duration.Round(time.Millisecond))
-			mock := "n/a"
-			if s.Through.MockCPUS > 0 && s.Through.Tokens > 0 {
-				mock = fmt.Sprintf("%.1f", s.Through.MockCPUS/float64(s.Through.Tokens)*1e6)
-			}
-			lg := 0.0
-			if s.Through.Tokens > 0 {
-				lg = s.Through.LoadgenCPUS / float64(s.Through.Tokens) * 1e6
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f / %.0f | %.0f / %.0f | %.2f | %s / %s | %d / %d | %.1f / %s / %.1f |\n",
-				sc.Name, load,
-				us(s.Direct.TTFT.P50), us(s.Through.TTFT.P50),
-				us(s.Direct.TTFT.P99), us(s.Through.TTFT.P99),
-				us(s.AddedTTFTP50us), us(s.AddedTTFTP99us),
-				us(s.Direct.Gap.P99), us(s.Through.Gap.P99),
-				s.Direct.CompletionsPS, s.Through.CompletionsPS,
-				s.Direct.TokensPS, s.Through.TokensPS,
-				s.HearthdCPUSPerMTokens,
-				mib(s.Through.ProxyRSSPeak), mib(s.Through.ProxyHWM),
-				s.Direct.Errors, s.Through.Errors,
-				s.HearthdCPUusPerToken, mock, lg)
 		}
-		b.WriteString("\n")
+		if len(scs) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "### %s\n\n", tr.title)
+		scenarioTable(&b, scs)
+		nginxTable(&b, scs)
 	}
-	r.nginxTable(&b)
 	if c := r.ColdStart; c != nil {
 		b.WriteString(c.Markdown("mock runtime"))
-	}
-	if f := r.Floor; f != nil {
-		b.WriteString(f.Markdown())
 	}
 	if rr := r.Real; rr != nil {
 		b.WriteString(rr.Markdown())
 	}
-	r.floorBeside(&b)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
 	return b.String()
 }
 
-// floorBeside sets hearthd's CPU per token over nginx's with the real
-// runtime beside the relay floor's: the share of the gap that the floor's
-// Go relay, with none of hearthd's work, shows as well.
-func (r *Report) floorBeside(b *strings.Builder) {
-	f, rr := r.Floor, r.Real
-	if f == nil || rr == nil || rr.NginxCPUusPerToken <= 0 || f.Median[RelayC] <= 0 || f.Median[RelayEvloop] <= 0 {
-		return
+// scenarioTable writes each scenario's sides: the runtime directly and
+// through hearthd.
+func scenarioTable(b *strings.Builder, scs []ScenarioResult) {
+	b.WriteString("| scenario | load | TTFT p50 direct / through | TTFT p99 direct / through | added TTFT p50 / p99 | inter-token p99 direct / through | completions/s direct / through | tokens/s direct / through | hearthd CPU-s per 1M tokens | hearthd RSS peak / HWM MiB | errors direct / through | CPU-µs/token hearthd / mock / loadgen |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range scs {
+		sc := s.Scenario
+		load := fmt.Sprintf("closed %d streams", sc.Concurrency)
+		if sc.Rate > 0 {
+			load = fmt.Sprintf("open %.0f req/s", sc.Rate)
+		}
+		pace := "unlimited"
+		if sc.Mock.TPS > 0 {
+			pace = fmt.Sprintf("%.0f tok/s", sc.Mock.TPS)
+		}
+		load += fmt.Sprintf(", %d tok @ %s, TTFT %s, %s", sc.Tokens, pace, sc.Mock.TTFT, sc.Duration.Round(time.Millisecond))
+		mock := "n/a"
+		if s.Through.MockCPUS > 0 && s.Through.Tokens > 0 {
+			mock = fmt.Sprintf("%.1f", s.Through.MockCPUS/float64(s.Through.Tokens)*1e6)
+		}
+		lg := 0.0
+		if s.Through.Tokens > 0 {
+			lg = s.Through.LoadgenCPUS / float64(s.Through.Tokens) * 1e6
+		}
+		fmt.Fprintf(b, "| %s | %s | %s / %s | %s / %s | %s / %s | %s / %s | %.0f / %.0f | %.0f / %.0f | %.2f | %s / %s | %d / %d | %.1f / %s / %.1f |\n",
+			sc.Name, load,
+			us(s.Direct.TTFT.P50), us(s.Through.TTFT.P50),
+			us(s.Direct.TTFT.P99), us(s.Through.TTFT.P99),
+			us(s.AddedTTFTP50us), us(s.AddedTTFTP99us),
+			us(s.Direct.Gap.P99), us(s.Through.Gap.P99),
+			s.Direct.CompletionsPS, s.Through.CompletionsPS,
+			s.Direct.TokensPS, s.Through.TokensPS,
+			s.HearthdCPUSPerMTokens,
+			mib(s.Through.ProxyRSSPeak), mib(s.Through.ProxyHWM),
+			s.Direct.Errors, s.Through.Errors,
+			s.HearthdCPUusPerToken, mock, lg)
 	}
-	gap := rr.HearthdCPUusPerToken - rr.NginxCPUusPerToken
-	floorGap := f.Median[RelayEvloop] - f.Median[RelayC]
-	fmt.Fprintf(b, "Against the floor: with the real runtime hearthd spends %.2f× nginx's CPU per token (%+.1f µs); "+
-		"relaying bytes alone, hearthd's event loop spends %.2f× the C relay's (%+.1f µs a chunk).\n\n",
-		ratio(rr.HearthdCPUusPerToken, rr.NginxCPUusPerToken), gap, f.Ratio[RelayEvloop], floorGap)
+	b.WriteString("\n")
 }
 
 // Write stores the report as JSON and Markdown in dir, named by its start
@@ -189,15 +189,15 @@ func ratio(a, b float64) float64 {
 
 // nginxTable writes the scenarios that ran through nginx too, side by side
 // with hearthd: what one tuned hop costs, and hearthd's cost as a ratio.
-func (r *Report) nginxTable(b *strings.Builder) {
+func nginxTable(b *strings.Builder, scs []ScenarioResult) {
 	header := false
-	for _, s := range r.Scenarios {
+	for _, s := range scs {
 		n := s.Nginx
 		if n == nil {
 			continue
 		}
 		if !header {
-			b.WriteString("Against nginx (`proxy_buffering off`, keep-alive upstream, one worker per core) in front of the same mock, same run:\n\n")
+			b.WriteString("Against nginx (`proxy_buffering off`, keep-alive upstream, one worker as hearthd has one processor) in front of the same mock, same run:\n\n")
 			b.WriteString("| scenario | completions/s direct / nginx / hearthd (hearthd ÷ nginx) | added TTFT p50 nginx / hearthd | added TTFT p99 nginx / hearthd | proxy CPU-µs/token nginx / hearthd (ratio) | proxy RSS peak MiB nginx / hearthd (ratio) | errors nginx / hearthd | proxy CPU-µs/token user, sys nginx / hearthd | hearthd mallocs/request |\n")
 			b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 			header = true

@@ -6,7 +6,7 @@ import (
 )
 
 func TestNginxTableCPUSplitAndMallocs(t *testing.T) {
-	r := &Report{Scenarios: []ScenarioResult{{
+	scs := []ScenarioResult{{
 		Scenario:                 Scenario{Name: "req2000"},
 		Nginx:                    &Side{Tokens: 1000, ProxyCPUS: 0.035, ProxyUserS: 0.0091, ProxySysS: 0.0259},
 		Through:                  Side{Tokens: 1000, ProxyCPUS: 0.040, ProxyUserS: 0.0203, ProxySysS: 0.0197},
@@ -16,9 +16,9 @@ func TestNginxTableCPUSplitAndMallocs(t *testing.T) {
 		Scenario: Scenario{Name: "old"},
 		Nginx:    &Side{Tokens: 1000, ProxyCPUS: 0.035},
 		Through:  Side{Tokens: 1000, ProxyCPUS: 0.040},
-	}}}
+	}}
 	var b strings.Builder
-	r.nginxTable(&b)
+	nginxTable(&b, scs)
 	md := b.String()
 	for _, want := range []string{
 		"| proxy CPU-µs/token user, sys nginx / hearthd | hearthd mallocs/request |\n|---|---|---|---|---|---|---|---|---|\n",

@@ -24,19 +24,36 @@ func buildHearthd(t *testing.T) string {
 }
 
 // TestSmoke runs the benchmark end to end with tiny numbers — mock runtime,
-// load generator and a real hearthd process — so that it cannot rot. It
-// checks that the numbers are sane, never how fast they are.
+// load generator and a real hearthd process — so that it cannot rot, over
+// TLS and plain HTTP as make bench runs it. It checks that the numbers are
+// sane, never how fast they are.
 func TestSmoke(t *testing.T) {
+	bin := buildHearthd(t)
+	for _, tr := range []string{"tls", "http"} {
+		t.Run(tr, func(t *testing.T) { testSmoke(t, bin, tr == "tls") })
+	}
+}
+
+func testSmoke(t *testing.T, bin string, overTLS bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	mock := startTestMock(t, MockConfig{})
 	var logs strings.Builder
 	s := &Suite{
-		HearthdBin: buildHearthd(t), MockURL: mock.URL, Model: "bench",
+		HearthdBin: bin, MockURL: mock.URL, Model: "bench",
 		WorkDir: t.TempDir(), MaxStreams: 64, Verify: true, HearthdLog: &logs,
 	}
 	// nginx in front of the same mock, as make bench runs it.
-	s.Nginx = nginxtest.Start(t, nginxtest.Config{Upstream: strings.TrimPrefix(mock.URL, "http://")})
+	ncfg := nginxtest.Config{Upstream: strings.TrimPrefix(mock.URL, "http://")}
+	if overTLS {
+		files, err := NewTLSFiles(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.TLS = files
+		ncfg.TLSCert, ncfg.TLSKey = files.CertFile, files.KeyFile
+	}
+	s.Nginx = nginxtest.Start(t, ncfg)
 	if err := s.Setup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +87,10 @@ func TestSmoke(t *testing.T) {
 		after := mock.Stats()
 		if r.Nginx == nil {
 			t.Fatalf("%s: no nginx side", sc.Name)
+		}
+		if want := s.Transport(); r.Transport != want || strings.HasPrefix(r.Through.Target, "https:") != overTLS ||
+			strings.HasPrefix(r.Nginx.Target, "https:") != overTLS {
+			t.Fatalf("%s: transport %q, targets %s and %s; want %s", sc.Name, r.Transport, r.Through.Target, r.Nginx.Target, want)
 		}
 		for name, side := range map[string]Side{"direct": r.Direct, "nginx": *r.Nginx, "through": r.Through} {
 			if side.Errors != 0 || side.Completed == 0 || side.Completed != side.Requests {
@@ -114,7 +135,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	// ColdStart starts and stops its own daemons.
-	lc := LoadConfig{Model: "bench", Key: s.key, MaxTokens: 3, ExpectTokens: 3, Verify: true}
+	lc := LoadConfig{Model: "bench", Key: s.key, MaxTokens: 3, ExpectTokens: 3, Verify: true, TLS: s.ClientTLS()}
 	direct := lc
 	direct.Target, direct.Key = s.MockURL+"/v1", ""
 	cs, err := ColdStart(ctx, 2, 5, s.StartHearthd, lc, direct)

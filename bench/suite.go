@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,9 +80,12 @@ func (s Side) CPUSplitusPerToken() (user, sys float64) {
 // through nginx (if the suite has one) and through hearthd.
 type ScenarioResult struct {
 	Scenario Scenario `json:"scenario"`
-	Direct   Side     `json:"direct"`
-	Nginx    *Side    `json:"nginx,omitempty"`
-	Through  Side     `json:"through"`
+	// Transport is how clients reached hearthd and nginx: "tls" (the
+	// production path) or "http".
+	Transport string `json:"transport"`
+	Direct    Side   `json:"direct"`
+	Nginx     *Side  `json:"nginx,omitempty"`
+	Through   Side   `json:"through"`
 	// Added time to first token: through minus direct, per percentile.
 	AddedTTFTP50us float64 `json:"added_ttft_p50_us"`
 	AddedTTFTP99us float64 `json:"added_ttft_p99_us"`
@@ -122,7 +126,10 @@ type Suite struct {
 	// Nginx, if set, is a reverse proxy in front of the mock: every
 	// scenario is also driven through it, the cost of one tuned hop.
 	Nginx *nginxtest.Proxy
-	Log   *slog.Logger
+	// TLS, if set, has hearthd (and Nginx, which must be started with the
+	// same files) serve HTTPS.
+	TLS *TLSFiles
+	Log *slog.Logger
 
 	key      string
 	stateDir string
@@ -150,8 +157,24 @@ func (s *Suite) StartHearthd(ctx context.Context) (*Hearthd, error) {
 	n := max(s.MaxStreams, 16)
 	return StartHearthd(ctx, HearthdOptions{
 		Bin: s.HearthdBin, StateDir: s.stateDir, Model: s.Model, OllamaURL: s.MockURL,
-		MaxConcurrent: n, MaxQueue: n, Log: s.HearthdLog, Extra: s.HearthdArgs,
+		MaxConcurrent: n, MaxQueue: n, Log: s.HearthdLog, Extra: s.HearthdArgs, TLS: s.TLS,
 	})
+}
+
+// Transport is "tls" when hearthd serves HTTPS, else "http".
+func (s *Suite) Transport() string {
+	if s.TLS != nil {
+		return "tls"
+	}
+	return "http"
+}
+
+// ClientTLS is the TLS configuration of the proxied sides, nil for plain HTTP.
+func (s *Suite) ClientTLS() *tls.Config {
+	if s.TLS == nil {
+		return nil
+	}
+	return s.TLS.Client
 }
 
 // SetMock changes the mock's pace.
@@ -177,7 +200,7 @@ func (s *Suite) SetMock(ctx context.Context, c MockConfig) error {
 
 // RunScenario drives sc against the mock directly, then through h.
 func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (ScenarioResult, error) {
-	res := ScenarioResult{Scenario: sc}
+	res := ScenarioResult{Scenario: sc, Transport: s.Transport()}
 	mc := sc.Mock
 	mc.Tokens = max(mc.Tokens, sc.Tokens)
 	if err := s.SetMock(ctx, mc); err != nil {
@@ -194,7 +217,7 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 	}
 	if s.Nginx != nil {
 		nlc := lc
-		nlc.Target = s.Nginx.URL + "/v1"
+		nlc.Target, nlc.TLS = s.Nginx.URL+"/v1", s.ClientTLS()
 		ng, err := MeasureSide(ctx, nlc, s.MockPID, s.Nginx.PIDs()...)
 		if err != nil {
 			return res, fmt.Errorf("%s through nginx: %w", sc.Name, err)
@@ -203,7 +226,7 @@ func (s *Suite) RunScenario(ctx context.Context, h *Hearthd, sc Scenario) (Scena
 		// Let nginx's client connections close before hearthd's turn.
 		time.Sleep(time.Second)
 	}
-	lc.Target, lc.Key = h.URL+"/api/v1", s.key
+	lc.Target, lc.Key, lc.TLS = h.URL+"/api/v1", s.key, s.ClientTLS()
 	mallocs0, mallocsErr := ReadMallocs(ctx, h.MetricsURL)
 	var profiled func() error
 	if s.ProfileDir != "" {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/hearthd/hearth/internal/backoff"
 	"github.com/hearthd/hearth/internal/ids"
+	"github.com/hearthd/hearth/internal/noredirect"
 )
 
 // Client calls the management API with one token. It is safe for
@@ -105,7 +106,8 @@ func WithToken(token string) Option { return func(s *settings) { s.token = token
 // WithHTTPClient makes the client send its requests through hc, e.g. one
 // with a proxy or a transport of its own. WithTLSConfig and WithCAFile
 // then apply to a copy of hc's transport, which must be an *http.Transport
-// (or nil, for http.DefaultTransport).
+// (or nil, for http.DefaultTransport). Whatever hc's CheckRedirect, the
+// client follows no redirect: the token would go with it.
 func WithHTTPClient(hc *http.Client) Option { return func(s *settings) { s.httpClient = hc } }
 
 // WithTLSConfig sets the TLS configuration of HTTPS connections.
@@ -148,6 +150,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc = noredirect.Client(hc)
 	if s.retries < 0 || s.retryMin < 0 || s.retryMax < s.retryMin {
 		return nil, fmt.Errorf("retries: want n ≥ 0 and 0 ≤ min ≤ max, got %d, %v, %v", s.retries, s.retryMin, s.retryMax)
 	}
@@ -310,10 +313,10 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 func retryTransport(method string) bool { return method != http.MethodPatch }
 
 // permanent reports whether a transport error would only repeat: the
-// server's certificate is not trusted.
+// server's certificate is not trusted, or it answered with a redirect.
 func permanent(err error) bool {
 	var cv *tls.CertificateVerificationError
-	return errors.As(err, &cv)
+	return errors.As(err, &cv) || noredirect.Is(err)
 }
 
 // retryStatus reports whether an error answer is worth another attempt,

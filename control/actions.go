@@ -368,9 +368,6 @@ func (s *Server) listServerActions(r *http.Request, rc *reqCtx) (result, error) 
 
 // actionPage is one page of an action index.
 func (s *Server) actionPage(rc *reqCtx, index string, p page) (result, error) {
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixAction) {
-		return result{}, errBadCursor
-	}
 	ak := actionKeysOf(rc.project)
 	body, err := s.scanPage(index, p, func(_ string, val []byte) (any, bool, error) {
 		var id string

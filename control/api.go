@@ -427,6 +427,41 @@ func (s *Server) admitIn(key string, now time.Time, limit float64, burst int) qu
 	return q
 }
 
+// creditPerChange is what one change of a node's desired state costs the
+// node: the report that it applied it, a second report should the runtime
+// change with it, and the long-poll that waits for the next change (the
+// one that delivered this change was taken before it).
+const creditPerChange = 3
+
+// creditNode credits a node the requests a change of its desired state
+// will cost it, up to its bucket's size (changes the node takes in one
+// answer leave credit over).
+func (s *Server) creditNode(nodeID string) {
+	s.limMu.Lock()
+	s.nodeCredit[nodeID] = min(s.nodeCredit[nodeID]+creditPerChange, max(s.cfg.NodeRateBurst, creditPerChange))
+	s.limMu.Unlock()
+}
+
+// admitNode takes one request of a node: from its credit if it has any,
+// else from its bucket. The credit comes from changes made for the node
+// (creditNode), so its tenant's burst of changes, however fast, never
+// empties the bucket that keeps a misbehaving node in check: each change
+// pays for what it makes the node do, and nothing else is free.
+func (s *Server) admitNode(nodeID string, now time.Time) quota {
+	s.limMu.Lock()
+	if c := s.nodeCredit[nodeID]; c > 0 {
+		if c == 1 {
+			delete(s.nodeCredit, nodeID)
+		} else {
+			s.nodeCredit[nodeID] = c - 1
+		}
+		s.limMu.Unlock()
+		return quota{}
+	}
+	s.limMu.Unlock()
+	return s.admitIn("node/"+nodeID, now, s.cfg.NodeRateLimit, s.cfg.NodeRateBurst)
+}
+
 // noteTokenUse remembers a token's last use in memory; the sweep persists
 // it, so a request costs no write.
 func (s *Server) noteTokenUse(id string, at time.Time) {

@@ -887,6 +887,36 @@ func TestForgedReportsAreRefusedAndBounded(t *testing.T) {
 	if len(a.body) > 4096 || !strings.Contains(string(a.body), "xxx…") {
 		t.Fatalf("server answer of %d bytes after a 900 KB error", len(a.body))
 	}
+	// A capability of 100 KB is cut; a pull's progress below zero, or
+	// past its total, is brought back within it.
+	report = applied(d, "203.0.113.45")
+	report.RuntimeCapabilities = []string{"completion", strings.Repeat("c", 100<<10)}
+	report.RuntimeProgress = &nodeapi.PullProgress{Status: "pulling", Completed: -5, Total: -1}
+	if err := n.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Enforcement struct {
+			Runtime struct {
+				Capabilities []string
+				Progress     struct{ Completed, Total int64 }
+			}
+		}
+	}
+	a = e.req("GET", "/v1/servers/"+id, nil).must(t, 200)
+	a.decode(t, &v)
+	rt := v.Enforcement.Runtime
+	if len(a.body) > 4096 || len(rt.Capabilities) != 2 || len(rt.Capabilities[1]) > 100 || rt.Progress.Completed != 0 || rt.Progress.Total != 0 {
+		t.Fatalf("server answer of %d bytes after a 100 KB capability and negative progress: %+v", len(a.body), rt)
+	}
+	report.RuntimeProgress = &nodeapi.PullProgress{Status: "pulling", Completed: 1 << 40, Total: 1 << 20}
+	if err := n.client.ReportObserved(context.Background(), report); err != nil {
+		t.Fatal(err)
+	}
+	e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+	if p := v.Enforcement.Runtime.Progress; p.Completed != 1<<20 || p.Total != 1<<20 {
+		t.Fatalf("progress past its total shown as %+v", p)
+	}
 	if l := e.req("GET", "/v1/servers", nil).must(t, 200); len(l.body) > 4096 {
 		t.Fatalf("list of %d bytes after a 900 KB error", len(l.body))
 	}
@@ -936,14 +966,17 @@ func TestCursorsAreOnlyThoseIssued(t *testing.T) {
 		t.Fatal("no cursor")
 	}
 	good := *p.NextCursor
-	key, sig, _ := strings.Cut(good, ".")
-	raw, _ := base64.RawURLEncoding.DecodeString(key)
-	forged := []byte(raw)
-	forged[len(forged)-1] ^= 1 // another well-formed position
+	sealed, _ := base64.RawURLEncoding.DecodeString(good)
+	changed := []byte(string(sealed))
+	changed[len(changed)/2] ^= 1
 	for name, c := range map[string]string{
-		"well-formed, never issued": base64.RawURLEncoding.EncodeToString(forged) + "." + sig,
-		"unsigned":                  key,
-		"bad signature":             key + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+		"changed":    base64.RawURLEncoding.EncodeToString(changed),
+		"truncated":  base64.RawURLEncoding.EncodeToString(sealed[:len(sealed)-1]),
+		"short":      base64.RawURLEncoding.EncodeToString(sealed[:8]),
+		"not base64": good + "!",
+		"made up":    base64.RawURLEncoding.EncodeToString([]byte("00000000000000000001/sk_000000000000000000000000")),
+		"old form":   base64.RawURLEncoding.EncodeToString([]byte("00000000000000000001/sk_000000000000000000000000")) + "." + base64.RawURLEncoding.EncodeToString(make([]byte, 16)),
+		"empty":      "",
 	} {
 		t.Run(name, func(t *testing.T) {
 			e.req("GET", "/v1/ssh-keys?limit=1&cursor="+c, nil).wantErr(t, 400, control.CodeInvalidRequest, "cursor")
@@ -956,12 +989,14 @@ func TestCursorsAreOnlyThoseIssued(t *testing.T) {
 
 // Names and descriptions people read elsewhere may not hide characters:
 // bidi overrides and other invisible formatting characters are refused
-// like control characters.
+// like control characters, and so are characters drawn as nothing (the
+// Hangul fillers, the blank Braille pattern) and a lone joiner.
 func TestInvisibleCharactersAreRefused(t *testing.T) {
 	e := newEnv(t, nil)
 	e.enroll(hwM4)
 	pub, _ := newKey(t, "ed25519")
-	for _, name := range []string{"admin\u202Egnp.exe", "a\u2066b\u2069", "zero\u200bwidth", "x\u0085"} {
+	for _, name := range []string{"admin\u202Egnp.exe", "a\u2066b\u2069", "zero\u200bwidth", "x\u0085",
+		"\u3164", "\u2800", "\u115f", "admin\u3164", "\u200d", "\ufe0f"} {
 		e.req("POST", "/v1/ssh-keys", map[string]any{"name": name, "public_key": pub}).wantErr(t, 400, control.CodeInvalidRequest, "name")
 	}
 	srv := idOf(t, e.req("POST", "/v1/servers", serverBody("web-1")).must(t, 201))
@@ -970,6 +1005,7 @@ func TestInvisibleCharactersAreRefused(t *testing.T) {
 			"action": "allow", "description": desc}
 	}
 	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("allow \u202Eevil")).wantErr(t, 400, control.CodeInvalidRequest, "description")
+	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("\u3164")).wantErr(t, 400, control.CodeInvalidRequest, "description")
 	e.req("POST", "/v1/servers/"+srv+"/firewall-rules", rule("ssh ✓")).must(t, 201)
 	e.req("POST", "/v1/ssh-keys", map[string]any{"name": "👩‍💻 laptop", "public_key": pub}).must(t, 201)
 }

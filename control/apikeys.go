@@ -91,7 +91,7 @@ func usageOf(rd store.KV, id string) (nodeapi.KeyUsage, error) {
 
 func validateAPIKey(req *createAPIKeyReq, now time.Time) (*time.Time, *apiError) {
 	if !validName(req.Name) {
-		return nil, invalid("name", "name must be 1 to %d characters without control or invisible formatting characters (such as bidi overrides) or surrounding spaces", maxKeyNameLen)
+		return nil, invalid("name", "name must be 1 to %d characters without control or invisible characters (such as bidi overrides or blank fillers) or surrounding spaces", maxKeyNameLen)
 	}
 	if req.RequestsPerMinute < 0 || req.RequestsPerMinute > maxPerMinute {
 		return nil, invalid("requests_per_minute", "requests_per_minute must be an integer from 0 (unlimited) to %d", maxPerMinute)
@@ -177,9 +177,6 @@ func (s *Server) listAPIKeys(r *http.Request, rc *reqCtx) (result, error) {
 	p, e := parsePage(r)
 	if e != nil {
 		return result{}, e
-	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixAPIKey) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
 	body, err := s.scanPage(pfxAPIKey+srv.ID+"/", p, func(_ string, val []byte) (any, bool, error) {
 		var rec apiKeyRec

@@ -143,7 +143,8 @@ func TestAPIKeys(t *testing.T) {
 		t.Fatalf("enforcement %+v", v.Enforcement.APIKeys)
 	}
 	n.report(t, applied(d4, ""))
-	if v = e.enforcementOf(t, sid); v.Enforcement.APIKeys.Status != "applied" || rev(v.Enforcement.APIKeys.AppliedRevision) != int64(d4.Revision) {
+	if v = e.enforcementOf(t, sid); v.Enforcement.APIKeys.Status != "applied" ||
+		rev(v.Enforcement.APIKeys.AppliedRevision) != int64(v.Enforcement.DesiredRevision) {
 		t.Fatalf("enforcement %+v", v.Enforcement.APIKeys)
 	}
 

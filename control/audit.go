@@ -307,9 +307,6 @@ func (s *Server) listAudit(r *http.Request, rc *reqCtx) (result, error) {
 	if e != nil {
 		return result{}, e
 	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixAudit) {
-		return result{}, errBadCursor
-	}
 	body, err := s.auditPage(rc.project, f, p)
 	if err != nil {
 		return result{}, err

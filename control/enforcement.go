@@ -61,23 +61,24 @@ type progressJSON struct {
 }
 
 // enforcement builds a server's enforcement object from its node's last
-// report. Reports from before the server existed (the node's previous
-// tenant) are ignored: they say nothing about this server.
+// report, its revisions counted from the server's creation (RevBase).
+// Reports from before the server existed (the node's previous tenant) are
+// ignored: they say nothing about this server.
 func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 	e := &enforcementJSON{
-		DesiredRevision: n.Revision,
+		DesiredRevision: n.Revision - srv.RevBase,
 		Firewall:        concernJSON{Status: EnforcementPending},
 		SSHKeys:         concernJSON{Status: EnforcementPending},
 		APIKeys:         concernJSON{Status: EnforcementPending},
 		Runtime:         runtimeJSON{Status: EnforcementPending},
 	}
 	o := n.Observed
-	if o == nil || o.Revision < srv.Seq {
+	if o == nil || o.Revision < srv.firstRev() {
 		return e
 	}
-	e.Firewall = concern(o.FirewallRevision, o.FirewallError, srv.Seq, n.Revision)
-	e.SSHKeys = concern(o.SSHKeysRevision, o.SSHKeysError, srv.Seq, n.Revision)
-	e.APIKeys = concern(o.APIKeysRevision, o.APIKeysError, srv.Seq, n.Revision)
+	e.Firewall = concern(o.FirewallRevision, o.FirewallError, srv, n.Revision)
+	e.SSHKeys = concern(o.SSHKeysRevision, o.SSHKeysError, srv, n.Revision)
+	e.APIKeys = concern(o.APIKeysRevision, o.APIKeysError, srv, n.Revision)
 	e.Runtime = runtimeState(srv, n.Revision, o)
 	if !n.ObservedAt.IsZero() {
 		at := formatTime(n.ObservedAt)
@@ -89,8 +90,8 @@ func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSON {
 	rt := runtimeJSON{Status: EnforcementPending, Healthy: o.RuntimeHealthy, Model: optional(o.RuntimeModel),
 		Error: optional(o.RuntimeError)}
-	if o.RuntimeRevision >= srv.Seq {
-		rev := o.RuntimeRevision
+	if o.RuntimeRevision >= srv.firstRev() {
+		rev := o.RuntimeRevision - srv.RevBase
 		rt.AppliedRevision = &rev
 	}
 	if p := o.RuntimeProgress; p != nil {
@@ -113,10 +114,10 @@ func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSO
 	return rt
 }
 
-func concern(applied uint64, errMsg string, since, desired uint64) concernJSON {
+func concern(applied uint64, errMsg string, srv serverRec, desired uint64) concernJSON {
 	c := concernJSON{Status: EnforcementPending}
-	if applied >= since {
-		rev := applied
+	if applied >= srv.firstRev() {
+		rev := applied - srv.RevBase
 		c.AppliedRevision = &rev
 	}
 	switch {

@@ -68,7 +68,8 @@ func TestServerShowsEnforcement(t *testing.T) {
 	a := e.req("POST", "/v1/servers", serverBody("enf", func(m map[string]any) { m["ssh_key_ids"] = []string{kid} })).must(t, 201)
 	a.decode(t, &created)
 	id := idOf(t, a)
-	if c := created.Enforcement; c.Firewall.Status != "pending" || c.SSHKeys.Status != "pending" || c.DesiredRevision == 0 ||
+	// The server's revisions are its own: its creation is 1.
+	if c := created.Enforcement; c.Firewall.Status != "pending" || c.SSHKeys.Status != "pending" || c.DesiredRevision != 1 ||
 		c.Firewall.AppliedRevision != nil || c.ReportedAt != nil || c.Runtime.Healthy {
 		t.Fatalf("created: %s", a.body)
 	}
@@ -78,9 +79,9 @@ func TestServerShowsEnforcement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Revision != created.Enforcement.DesiredRevision {
-		t.Fatalf("desired revision %d, server shows %d", d.Revision, created.Enforcement.DesiredRevision)
-	}
+	// The node's revision as the server shows it: counted from the
+	// server's creation.
+	shown := func(nodeRev uint64) int64 { return int64(nodeRev - d.Revision + created.Enforcement.DesiredRevision) }
 	report := func(o nodeapi.Observed) {
 		t.Helper()
 		if err := n.client.ReportObserved(ctx, o); err != nil {
@@ -94,7 +95,7 @@ func TestServerShowsEnforcement(t *testing.T) {
 	bad.SSHKeysRevision, bad.SSHKeysError = 0, "write authorized_keys: disk full"
 	report(bad)
 	v := e.enforcementOf(t, id)
-	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "applied" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
+	if v.Status != "provisioning" || v.Enforcement.Firewall.Status != "applied" || rev(v.Enforcement.Firewall.AppliedRevision) != shown(d.Revision) ||
 		v.Enforcement.Firewall.Error != nil || v.Enforcement.SSHKeys.Status != "failed" ||
 		str(v.Enforcement.SSHKeys.Error) != "write authorized_keys: disk full" || v.Enforcement.SSHKeys.AppliedRevision != nil || v.Enforcement.ReportedAt == nil {
 		t.Fatalf("keys failed: %+v", v)
@@ -132,18 +133,18 @@ func TestServerShowsEnforcement(t *testing.T) {
 	e.req("POST", "/v1/servers/"+id+"/firewall-rules", map[string]any{"direction": "inbound", "protocol": "tcp",
 		"port_range": "22", "action": "allow"}).must(t, 201)
 	v = e.enforcementOf(t, id)
-	if v.Enforcement.DesiredRevision <= d.Revision || v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" {
+	if v.Enforcement.DesiredRevision != 2 || v.Enforcement.Firewall.Status != "pending" || v.Enforcement.SSHKeys.Status != "pending" {
 		t.Fatalf("after a new rule: %+v", v)
 	}
 	d2, _, err := n.client.Desired(ctx, d.Revision, time.Second)
-	if err != nil || d2.Revision != v.Enforcement.DesiredRevision {
+	if err != nil || d2.Revision != d.Revision+1 || shown(d2.Revision) != int64(v.Enforcement.DesiredRevision) {
 		t.Fatalf("desired %+v %v", d2, err)
 	}
 	bad = applied(d2, "")
 	bad.FirewallRevision, bad.FirewallError = d.Revision, "nft: table busy"
 	report(bad)
 	v = e.enforcementOf(t, id)
-	if v.Status != "running" || v.Enforcement.Firewall.Status != "failed" || rev(v.Enforcement.Firewall.AppliedRevision) != int64(d.Revision) ||
+	if v.Status != "running" || v.Enforcement.Firewall.Status != "failed" || rev(v.Enforcement.Firewall.AppliedRevision) != shown(d.Revision) ||
 		str(v.Enforcement.Firewall.Error) != "nft: table busy" || v.Enforcement.SSHKeys.Status != "applied" {
 		t.Fatalf("rule failed: %+v", v)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/hearthd/hearth/firewall"
 	"github.com/hearthd/hearth/store"
@@ -135,9 +134,6 @@ func (s *Server) listRules(r *http.Request, rc *reqCtx) (result, error) {
 	p, e := parsePage(r)
 	if e != nil {
 		return result{}, e
-	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixRule) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
 	body, err := s.scanPage(pfxRule+srv.ID+"/", p, func(_ string, val []byte) (any, bool, error) {
 		var rec ruleRec

@@ -92,7 +92,7 @@ func TestProvisioningWaitsForTheModel(t *testing.T) {
 	n.report(t, applied(d, ""))
 	v = e.enforcementOf(t, id)
 	rt = v.Enforcement.Runtime
-	if v.Status != "running" || rt.Status != "applied" || str(rt.Model) != "model-b" || rev(rt.AppliedRevision) != int64(d.Revision) ||
+	if v.Status != "running" || rt.Status != "applied" || str(rt.Model) != "model-b" || rev(rt.AppliedRevision) != int64(v.Enforcement.DesiredRevision) ||
 		rt.Error != nil || rt.Progress != nil || !rt.Healthy {
 		t.Fatalf("converged: %s %+v", v.Status, rt)
 	}

@@ -1,18 +1,17 @@
 package control
 
 import (
-	"crypto/hmac"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
-
-	"github.com/hearthd/hearth/store"
 	"net/http"
 	"regexp"
 	"strconv"
+
+	"github.com/hearthd/hearth/store"
 )
 
 const (
@@ -28,16 +27,19 @@ type listBody struct {
 
 type page struct {
 	limit  int
-	cursor string // decoded: "<seq>/<id>", or ""
-	mac    []byte // the cursor's signature
+	sealed []byte // the cursor as issued, or nil: opened by scanPage
 }
 
+// A cursor is the creation-index key of the last item returned ("<seq>/<id>"),
+// sealed for its list: encrypted and authenticated (AES-256-GCM, the
+// list's prefix as additional data) with a key kept in the store. So a
+// cursor this list never issued — made up, changed, another list's,
+// server's or project's — is refused rather than silently followed, and a
+// cursor shows nothing: the seq is a global revision, which would tell one
+// customer how busy all the others are.
 var cursorPattern = regexp.MustCompile(`^[0-9]{20}/[a-z]+_[0-9A-Za-z]{24}$`)
 
-// parsePage reads limit and cursor. The cursor is opaque to clients: the
-// base64url form of the creation-index key of the last item returned, a
-// dot, and its signature for that list (checked by scanPage), so a cursor
-// this list never issued is refused rather than silently followed.
+// parsePage reads limit and cursor.
 func parsePage(r *http.Request, allowed ...string) (page, *apiError) {
 	q := r.URL.Query()
 	known := map[string]bool{"limit": true, "cursor": true}
@@ -58,13 +60,11 @@ func parsePage(r *http.Request, allowed ...string) (page, *apiError) {
 		p.limit = n
 	}
 	if q.Has("cursor") {
-		key, sig, _ := strings.Cut(q.Get("cursor"), ".")
-		raw, err := base64.RawURLEncoding.DecodeString(key)
-		mac, err2 := base64.RawURLEncoding.DecodeString(sig)
-		if err != nil || err2 != nil || len(mac) != cursorMACLen || !cursorPattern.Match(raw) || len(q["cursor"]) != 1 {
+		sealed, err := base64.RawURLEncoding.DecodeString(q.Get("cursor"))
+		if err != nil || len(sealed) < cursorNonceLen+cursorTagLen || len(q["cursor"]) != 1 {
 			return page{}, errBadCursor
 		}
-		p.cursor, p.mac = string(raw), mac
+		p.sealed = sealed
 	}
 	return p, nil
 }
@@ -81,11 +81,12 @@ func (s *Server) scanPage(prefix string, p page, load func(key string, val []byt
 func (s *Server) scanPageIn(prefix string, p page, from, until string, load func(key string, val []byte) (any, bool, error)) (listBody, error) {
 	out := listBody{Data: []any{}}
 	start := until
-	if p.cursor != "" {
-		if !hmac.Equal(s.cursorMAC(prefix, p.cursor), p.mac) {
+	if p.sealed != nil {
+		raw, err := s.cursorAEAD.Open(nil, p.sealed[:cursorNonceLen], p.sealed[cursorNonceLen:], []byte(prefix))
+		if err != nil || !cursorPattern.Match(raw) {
 			return listBody{}, errBadCursor
 		}
-		if c := prefix + p.cursor; start == "" || c < start {
+		if c := prefix + string(raw); start == "" || c < start {
 			start = c
 		}
 	}
@@ -110,8 +111,9 @@ func (s *Server) scanPageIn(prefix string, p page, from, until string, load func
 		return listBody{}, err
 	}
 	if out.HasMore {
-		c := base64.RawURLEncoding.EncodeToString([]byte(last)) + "." +
-			base64.RawURLEncoding.EncodeToString(s.cursorMAC(prefix, last))
+		nonce := make([]byte, cursorNonceLen, cursorNonceLen+len(last)+cursorTagLen)
+		_, _ = rand.Read(nonce) // crypto/rand never fails
+		c := base64.RawURLEncoding.EncodeToString(s.cursorAEAD.Seal(nonce, nonce, []byte(last), []byte(prefix)))
 		out.NextCursor = &c
 	}
 	return out, nil
@@ -121,16 +123,12 @@ func (s *Server) scanPageIn(prefix string, p page, from, until string, load func
 // tampered with, or another list's (another server's, another project's).
 var errBadCursor = invalid("cursor", "cursor is not a cursor returned by this list")
 
-const cursorMACLen = 16
-
-// cursorMAC signs a cursor for the list under prefix.
-func (s *Server) cursorMAC(prefix, cursor string) []byte {
-	m := hmac.New(sha256.New, s.cursorKey)
-	m.Write([]byte(prefix))
-	m.Write([]byte{0})
-	m.Write([]byte(cursor))
-	return m.Sum(nil)[:cursorMACLen]
-}
+// The sealed cursor's parts around the ciphertext (AES-GCM's standard
+// nonce and tag).
+const (
+	cursorNonceLen = 12
+	cursorTagLen   = 16
+)
 
 // loadCursorKey reads the secret cursors are signed with, making it on
 // first start. It lives in the store so cursors outlive a restart.
@@ -138,8 +136,7 @@ func (s *Server) loadCursorKey() error {
 	var k []byte
 	err := s.st.Get(keyCursorKey, &k)
 	if err == nil && len(k) == 32 {
-		s.cursorKey = k
-		return nil
+		return s.setCursorKey(k)
 	}
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("load cursor key: %w", err)
@@ -156,6 +153,17 @@ func (s *Server) loadCursorKey() error {
 	if err := m.commit(); err != nil {
 		return fmt.Errorf("store cursor key: %w", err)
 	}
-	s.cursorKey = k
+	return s.setCursorKey(k)
+}
+
+// setCursorKey makes the cipher cursors are sealed with.
+func (s *Server) setCursorKey(k []byte) error {
+	block, err := aes.NewCipher(k)
+	if err != nil {
+		return fmt.Errorf("cursor key: %w", err)
+	}
+	if s.cursorAEAD, err = cipher.NewGCM(block); err != nil {
+		return fmt.Errorf("cursor key: %w", err)
+	}
 	return nil
 }

@@ -68,7 +68,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	id, cred := newID(prefixNode), newSecret(secretNode)
 	m := s.begin()
 	node := nodeRec{ID: id, Hostname: req.Hostname, Hardware: hw, CredentialHash: hashSecret(cred),
-		Revision: m.nextRev(), LastSeen: now, CreatedAt: now}
+		Revision: 1, LastSeen: now, CreatedAt: now}
 	enr.UsesLeft--
 	m.orig[id] = "" // new: not in the pool index yet
 	m.saveNode(&node)
@@ -148,7 +148,7 @@ func (s *Server) authNode(r *http.Request, rd store.KV) (string, *nodeRec, *apiE
 	s.seenMu.Lock()
 	s.lastSeen[id] = s.now()
 	s.seenMu.Unlock()
-	if q := s.admitIn("node/"+id, s.cfg.Now(), s.cfg.NodeRateLimit, s.cfg.NodeRateBurst); q.wait > 0 {
+	if q := s.admitNode(id, s.cfg.Now()); q.wait > 0 {
 		return id, nil, &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
 			message:    "too many requests from this node; retry after the Retry-After delay",
 			retryAfter: int(math.Ceil(q.wait.Seconds()))}
@@ -506,7 +506,9 @@ func (s *Server) noteReported(id string, now time.Time) {
 func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now time.Time) error {
 	if n.ServerID == "" {
 		if n.WipePending && o.Wiped && o.Revision >= n.Revision {
-			n.WipePending, n.Revision = false, m.nextRev()
+			n.WipePending = false
+			n.Revision++
+			m.saveNode(n)
 			m.wake[n.ID] = true
 			m.logInfo("node reported its wipe; back in the pool", "node", n.ID)
 		}
@@ -527,7 +529,9 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 		if err := s.removeServer(m, srv, now); err != nil {
 			return err
 		}
-		n.ServerID, n.ServerProject, n.Revision = "", "", m.nextRev()
+		n.ServerID, n.ServerProject = "", ""
+		n.Revision++
+		m.saveNode(n)
 		m.wake[n.ID] = true
 		m.logInfo("server deleted", "server", srv.ID, "node", n.ID)
 		return nil

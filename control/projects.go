@@ -160,7 +160,7 @@ func CreateToken(st store.KV, spec TokenSpec, now time.Time) (NewAPIToken, error
 		return NewAPIToken{}, err
 	}
 	if !validName(spec.Name) {
-		return NewAPIToken{}, opErr(ErrInvalid, "token name must be 1 to %d characters without control or invisible formatting characters (such as bidi overrides) or surrounding spaces", maxKeyNameLen)
+		return NewAPIToken{}, opErr(ErrInvalid, "token name must be 1 to %d characters without control or invisible characters (such as bidi overrides or blank fillers) or surrounding spaces", maxKeyNameLen)
 	}
 	if spec.Project == "" {
 		return NewAPIToken{}, opErr(ErrInvalid, "a token needs a project (--project ID or name)")

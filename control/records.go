@@ -41,7 +41,7 @@ const (
 const (
 	keyRevision    = "ctl/meta/rev"
 	keySchema      = "ctl/meta/schema"    // the layout version, see migrate.go
-	keyCursorKey   = "ctl/meta/cursorkey" // the secret list cursors are signed with
+	keyCursorKey   = "ctl/meta/cursorkey" // the secret list cursors are sealed with
 	pfxProject     = "ctl/proj/"          // <project id> → projectRec
 	pfxProjectName = "ctl/projname/"      // <name> → project id
 	pfxProjectData = "ctl/p/"             // <project id>/…: the project's records (projectKeys)
@@ -97,6 +97,12 @@ type serverRec struct {
 	// PrevStatus is the status an unreachable server returns to when its
 	// node calls in again; empty unless Status is unreachable.
 	PrevStatus string `json:"prev_status,omitempty"`
+	// RevBase is its node's revision just before the server was made: the
+	// server's revisions on the node are those above it, and the API shows
+	// them counted from it (its creation is 1), each node counting only
+	// its own changes, so no revision tells a customer how busy anyone
+	// else is. Zero in records made when nodes took global revisions.
+	RevBase uint64 `json:"rev_base,omitempty"`
 	// StatusSince is when the server entered its lifecycle state
 	// (provisioning, updating, deleting): the timeouts count from it.
 	// Becoming unreachable does not move it. Zero in records written
@@ -107,6 +113,15 @@ type serverRec struct {
 }
 
 func (r serverRec) key() string { return keysOf(r.Project).server(r.ID) }
+
+// firstRev is the first revision of the server on its node: what a node
+// reports of revisions before it is about its previous tenant.
+func (r serverRec) firstRev() uint64 {
+	if r.RevBase > 0 {
+		return r.RevBase + 1
+	}
+	return r.Seq
+}
 
 // lifecycle is the status the server is in apart from reachability: the
 // one it returns to when its node calls in again.

@@ -25,7 +25,8 @@ const (
 // checkReport refuses a report that claims a revision the control plane
 // never issued to the node (issued is the node's current revision; a node
 // cannot have applied a later one, so such a report is forged or corrupt
-// and must not move its server), and bounds its text fields in place.
+// and must not move its server), and bounds its text fields and the pull's
+// progress in place.
 func checkReport(o *nodeapi.Observed, issued uint64) *apiError {
 	for _, r := range []struct {
 		name string
@@ -44,8 +45,15 @@ func checkReport(o *nodeapi.Observed, issued uint64) *apiError {
 	for _, s := range []*string{&o.RuntimeError, &o.FirewallError, &o.SSHKeysError, &o.APIKeysError, &o.RuntimeModel} {
 		*s = textcheck.Clip(*s, MaxReportText)
 	}
-	if o.RuntimeProgress != nil {
-		o.RuntimeProgress.Status = textcheck.Clip(o.RuntimeProgress.Status, MaxReportText)
+	if p := o.RuntimeProgress; p != nil {
+		// Clamped rather than refused: the runtime's numbers, passed on,
+		// must not cost the node the rest of its report.
+		p.Status = textcheck.Clip(p.Status, MaxReportText)
+		p.Total = max(p.Total, 0)
+		p.Completed = max(p.Completed, 0)
+		if p.Total > 0 {
+			p.Completed = min(p.Completed, p.Total)
+		}
 	}
 	if len(o.RuntimeCapabilities) > maxCapabilities {
 		return invalid("runtime_capabilities", "runtime_capabilities lists %d; at most %d", len(o.RuntimeCapabilities), maxCapabilities)

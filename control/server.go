@@ -10,6 +10,7 @@ package control
 
 import (
 	"context"
+	"crypto/cipher"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -120,6 +121,9 @@ type Server struct {
 
 	limMu    sync.Mutex
 	limiters map[string]*rate.Limiter // API token ID → bucket
+	// nodeCredit holds, per node, requests its own changes paid for
+	// (admitNode).
+	nodeCredit map[string]int
 
 	tokMu   sync.Mutex
 	tokUsed map[string]time.Time // API token ID → last request, ahead of the stored value
@@ -141,11 +145,11 @@ type Server struct {
 	// apiChanges those that applied folded API changes (foldChanges).
 	reportChanges, apiChanges atomic.Uint64
 
-	seenMu    sync.Mutex
-	lastSeen  map[string]time.Time // node ID → last request, ahead of the stored value
-	reported  map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
-	persisted map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
-	cursorKey []byte               // signs list cursors (list.go)
+	seenMu     sync.Mutex
+	lastSeen   map[string]time.Time // node ID → last request, ahead of the stored value
+	reported   map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
+	persisted  map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
+	cursorAEAD cipher.AEAD          // seals list cursors (list.go)
 
 	// auditLast is the time of the last audit log entry made here
 	// (auditStamp).
@@ -218,19 +222,20 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:       cfg,
-		st:        cfg.Store,
-		log:       cfg.Logger,
-		watch:     map[string]chan struct{}{},
-		ownWake:   map[string]int{},
-		limiters:  map[string]*rate.Limiter{},
-		tokUsed:   map[string]time.Time{},
-		projNames: map[string]string{},
-		lastSeen:  map[string]time.Time{},
-		reported:  map[string]time.Time{},
-		persisted: map[string]seenRec{},
-		credNode:  map[string]string{},
-		swept:     make(chan struct{}),
+		cfg:        cfg,
+		st:         cfg.Store,
+		log:        cfg.Logger,
+		watch:      map[string]chan struct{}{},
+		ownWake:    map[string]int{},
+		limiters:   map[string]*rate.Limiter{},
+		nodeCredit: map[string]int{},
+		tokUsed:    map[string]time.Time{},
+		projNames:  map[string]string{},
+		lastSeen:   map[string]time.Time{},
+		reported:   map[string]time.Time{},
+		persisted:  map[string]seenRec{},
+		credNode:   map[string]string{},
+		swept:      make(chan struct{}),
 	}
 	s.w = s.st
 	s.shared, _ = s.st.(store.Shared)
@@ -498,7 +503,9 @@ func (m *mutation) saveNode(n *nodeRec) {
 }
 
 // bump gives a node a new desired revision and wakes its long-poll once
-// the change is committed.
+// the change is committed. Each node counts its own revisions: the global
+// revision would tell a tenant, who sees its server's revisions and can
+// read its node's, how busy every other tenant is.
 func (m *mutation) bump(nodeID string) error {
 	_, err := m.bumpRev(nodeID)
 	return err
@@ -510,7 +517,7 @@ func (m *mutation) bumpRev(nodeID string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n.Revision = m.nextRev()
+	n.Revision++
 	m.wake[nodeID] = true
 	m.saveNode(n)
 	return n.Revision, nil
@@ -647,12 +654,15 @@ func (s *Server) wakeNode(nodeID string) {
 	s.wakeLocked(nodeID)
 }
 
-// wakeLocked wakes nodeID's long-poll; with watchMu held.
+// wakeLocked wakes nodeID's long-poll for a change of its desired state,
+// and credits the node the requests that change will cost it; with watchMu
+// held.
 func (s *Server) wakeLocked(nodeID string) {
 	if ch, ok := s.watch[nodeID]; ok {
 		close(ch)
 		delete(s.watch, nodeID)
 	}
+	s.creditNode(nodeID)
 }
 
 // wakeOwn wakes nodeID for one of this process's commits (ownWake), once

@@ -216,12 +216,13 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	rec := serverRec{
 		ID: id, Project: rc.project, Name: req.Name, Status: StatusProvisioning, Chip: req.Chip, RAM: req.RAM, Storage: req.Storage,
 		Stack: req.Stack, Model: req.Model, Billing: req.Billing, SSHKeyIDs: req.SSHKeyIDs,
-		NodeID: node.ID, Seq: rev, CreatedAt: rc.now, UpdatedAt: rc.now, StatusSince: rc.now,
+		NodeID: node.ID, Seq: rev, RevBase: node.Revision, CreatedAt: rc.now, UpdatedAt: rc.now, StatusSince: rc.now,
 	}
 	if rec.SSHKeyIDs == nil {
 		rec.SSHKeyIDs = []string{}
 	}
-	node.ServerID, node.ServerProject, node.Revision = id, rc.project, rev
+	node.ServerID, node.ServerProject = id, rc.project
+	node.Revision++
 	m.saveNode(&node)
 	act, err := m.startAction(&rec, ActCreate, rev, rc.now)
 	if err != nil {
@@ -263,9 +264,6 @@ func (s *Server) listServers(r *http.Request, rc *reqCtx) (result, error) {
 	status := q.Get("status")
 	if q.Has("status") && (!slices.Contains(serverStatuses, status) || len(q["status"]) != 1) {
 		return result{}, invalid("status", "status must be one of: %s", strings.Join(serverStatuses, ", "))
-	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixServer) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
 	// With a status, the status index holds just those servers.
 	index := rc.pk.serverSeq()

@@ -36,7 +36,8 @@ func sshKeyOut(k sshKeyRec) sshKeyJSON {
 
 // validName accepts a name people will read in lists and terminals: 1 to
 // maxKeyNameLen characters, no surrounding spaces, and nothing that does
-// not show as itself (control, bidi override and other format characters).
+// not show as itself (control, bidi override and other format characters,
+// characters drawn as nothing: textcheck.Hidden).
 func validName(s string) bool {
 	if s == "" || utf8.RuneCountInString(s) > maxKeyNameLen || !utf8.ValidString(s) || strings.TrimSpace(s) != s {
 		return false
@@ -51,7 +52,7 @@ func (s *Server) createSSHKey(r *http.Request, rc *reqCtx) (result, error) {
 		return result{}, e
 	}
 	if !validName(req.Name) {
-		return result{}, invalid("name", "name must be 1 to %d characters without control or invisible formatting characters (such as bidi overrides) or surrounding spaces", maxKeyNameLen)
+		return result{}, invalid("name", "name must be 1 to %d characters without control or invisible characters (such as bidi overrides or blank fillers) or surrounding spaces", maxKeyNameLen)
 	}
 	pk, err := sshkeys.Parse(req.PublicKey)
 	if err != nil {
@@ -84,9 +85,6 @@ func (s *Server) listSSHKeys(r *http.Request, rc *reqCtx) (result, error) {
 	p, e := parsePage(r)
 	if e != nil {
 		return result{}, e
-	}
-	if p.cursor != "" && !strings.Contains(p.cursor, "/"+prefixSSHKey) {
-		return result{}, invalid("cursor", "cursor is not a cursor returned by this list")
 	}
 	body, err := s.scanPage(rc.pk.sshKeySeq(), p, func(_ string, val []byte) (any, bool, error) {
 		var rec sshKeyRec

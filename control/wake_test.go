@@ -7,7 +7,7 @@ import "testing"
 // woken once this process's commit is done, when its read cache has the
 // records; with no commit of its own in flight, a notification wakes it.
 func TestOwnCommitWakesItsNodes(t *testing.T) {
-	s := &Server{watch: map[string]chan struct{}{}, ownWake: map[string]int{}}
+	s := &Server{watch: map[string]chan struct{}{}, ownWake: map[string]int{}, nodeCredit: map[string]int{}}
 	closed := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:

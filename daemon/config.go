@@ -56,6 +56,9 @@ type Config struct {
 	// MaxConcurrentPerKey caps one API key's generations at once (0: no
 	// cap beyond MaxConcurrent).
 	MaxConcurrentPerKey int
+	// MaxConnsPerSource caps the deployment API's connections open at
+	// once from one IP address (0: no cap).
+	MaxConnsPerSource int
 	// MaxBodyBytes bounds a request body; larger ones get 413. 0 derives
 	// it from the model's context length.
 	MaxBodyBytes int
@@ -72,9 +75,6 @@ type Config struct {
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
 	WriteStallTimeout time.Duration
-	// RelayLoop relays chat streams from an event loop over raw epoll
-	// rather than a goroutine each (internal/evloop).
-	RelayLoop bool
 	// ShutdownTimeout is how long in-flight requests may finish after
 	// SIGTERM before they are ended.
 	ShutdownTimeout time.Duration
@@ -135,6 +135,7 @@ func Defaults() Config {
 		RuntimeTimeout:    60 * time.Second,
 		MaxConcurrent:     64,
 		MaxQueue:          256,
+		MaxConnsPerSource: 512,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		WriteStallTimeout: 30 * time.Second,
@@ -142,7 +143,6 @@ func Defaults() Config {
 		MetricsListen:     "127.0.0.1:9464",
 		LogLevel:          "info",
 		Reasoning:         true,
-		RelayLoop:         true,
 	}
 }
 
@@ -152,7 +152,7 @@ func Defaults() Config {
 // the variable's choice (0: leave it), else a quarter of cpus, at least 1.
 // hearthd relays tokens; the model runtime beside it is what needs the
 // cores, and Go's scheduler spread over idle processors costs a relay CPU
-// per token in wake-ups and work stealing (BENCHMARKS.md).
+// per token in wake-ups and work stealing (docs/perf/gomaxprocs.md).
 func (c Config) Procs(cpus int, env string) int {
 	switch {
 	case c.MaxProcs > 0:
@@ -204,6 +204,8 @@ func ConfigLoader(c *Config) *config.Loader {
 
 	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "Generations that run at once. At least 1.")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "Requests that may wait for a generation slot; beyond that clients get 429. 0: no waiting.")
+	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", c.MaxConnsPerSource, "Connections to the deployment API one IP address may hold open at once; more are closed at once, before anything is read. 0: no cap. "+
+		"Clients behind one proxy or NAT count together: raise it (or set 0) for a proxy in front.")
 	fs.IntVar(&c.MaxConcurrentPerKey, "max-concurrent-per-key", c.MaxConcurrentPerKey, "Generations one API key may run at once. 0: no cap beyond max_concurrent (slots are shared fairly across keys either way: a freed slot goes to the waiting key running the fewest).")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "Largest request body in bytes; larger ones get 413. 0: 32 bytes per token of the model's context length, at least 1 MiB (a request with a bad API key may send none: it is refused before its body is read). Otherwise at least 1024.")
 	fs.BoolVar(&c.Reasoning, "reasoning", c.Reasoning, "Let a reasoning model (one whose runtime lists the thinking capability) think before it answers: its thinking is sent apart from the answer, as reasoning_content, and counted as reasoning_tokens; reasoning_effort none turns it off per request. false: the model is asked not to think, and reasoning_effort other than none is a 400.")
@@ -212,11 +214,10 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "Time to read one request, including the TLS handshake: bounds slow clients.")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "How long a keep-alive connection may sit idle between requests.")
 	fs.DurationVar(&c.WriteStallTimeout, "write-stall-timeout", c.WriteStallTimeout, "Longest a single write to a client may block (a client that stopped reading); the generation is then stopped. Long streams are not cut.")
-	fs.BoolVar(&c.RelayLoop, "relay-loop", c.RelayLoop, "Relay streamed chat completions (plain HTTP/1.1 keep-alive, n 1) from one event loop over epoll: a token is one read from the runtime and one write to the client, with no goroutine woken for it. false: a goroutine per stream, as for TLS and every other stream.")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "On SIGTERM, how long in-flight requests may finish before they are ended.")
 
 	fs.StringVar(&c.MetricsListen, "metrics-listen", c.MetricsListen, "Address of the Prometheus /metrics listener, separate from the public API port. Empty: no metrics.")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain (leaf first): the deployment API serves HTTPS (TLS 1.2+, HTTP/1.1). Set together with tls_key. "+
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain (leaf first): the deployment API serves HTTPS (TLS 1.2+, AEAD cipher suites only; HTTP/1.1). Set together with tls_key. "+
 		"The files are checked every few seconds and a renewed certificate is served to new connections without a restart; open connections are not dropped; a broken renewal is logged and the previous certificate kept.")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key for tls_cert.")
 	fs.BoolVar(&c.AllowPlainHTTP, "allow-plain-http", c.AllowPlainHTTP, "Allow plain HTTP on a non-loopback listen address, e.g. behind a TLS-terminating proxy. Off: API keys never cross the network in the clear.")
@@ -235,7 +236,7 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.StringVar(&c.DesiredStateFile, "desired-state-file", c.DesiredStateFile, `Standalone mode (no control_url): enforce the firewall rules and SSH keys in this JSON file ({"firewall_rules":[…],"ssh_keys":[…]}), re-read when it changes; an invalid file leaves the last applied state in force.`)
 
 	fs.IntVar(&c.MaxProcs, "max-procs", c.MaxProcs, "Processors that run hearthd's own code at once (Go's GOMAXPROCS). 0: a quarter of the CPUs hearthd may use, at least 1, unless the GOMAXPROCS environment variable says otherwise; the other CPUs are left to the model runtime. "+
-		"A relay spread over more processors spends more CPU per token for the same streams (BENCHMARKS.md); raise it when hearthd itself runs at max_procs cores busy.")
+		"A relay spread over more processors spends more CPU per token for the same streams; raise it when hearthd itself runs at max_procs cores busy.")
 
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (any case).")
 	return &config.Loader{
@@ -276,6 +277,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxQueue < 0 {
 		p.Add("max-queue", "must not be negative, got %d", c.MaxQueue)
+	}
+	if c.MaxConnsPerSource < 0 {
+		p.Add("max-conns-per-source", "must be 0 (no cap) or more, got %d", c.MaxConnsPerSource)
 	}
 	if c.MaxConcurrentPerKey < 0 {
 		p.Add("max-concurrent-per-key", "must not be negative, got %d", c.MaxConcurrentPerKey)

@@ -120,13 +120,13 @@ runtime_timeout = "90s"
 max_concurrent = 4
 max_queue = 16
 max_concurrent_per_key = 2
+max_conns_per_source = 64
 max_body_bytes = 1_048_576
 max_output_tokens = 512
 reasoning = false
 read_timeout = "15s"
 idle_timeout = "2m30s"
 write_stall_timeout = "45s"
-relay_loop = false
 shutdown_timeout = "1m"
 metrics_listen = "127.0.0.1:9999"
 tls_cert = "/etc/hearth/tls/cert.pem"
@@ -168,13 +168,13 @@ func TestLoadFileEveryKey(t *testing.T) {
 		MaxConcurrent:       4,
 		MaxQueue:            16,
 		MaxConcurrentPerKey: 2,
+		MaxConnsPerSource:   64,
 		MaxBodyBytes:        1 << 20,
 		MaxOutputTokens:     512,
 		Reasoning:           false,
 		ReadTimeout:         15 * time.Second,
 		IdleTimeout:         150 * time.Second,
 		WriteStallTimeout:   45 * time.Second,
-		RelayLoop:           false,
 		ShutdownTimeout:     time.Minute,
 		MetricsListen:       "127.0.0.1:9999",
 		TLSCert:             "/etc/hearth/tls/cert.pem",
@@ -415,6 +415,7 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 		{"zero concurrency", "max_concurrent = 0", "config max-concurrent:"},
 		{"listen not host:port", `listen = "nope"`, "config listen:"},
 		{"negative queue", "max_queue = -1", "config max-queue:"},
+		{"negative connection cap", "max_conns_per_source = -1", "config max-conns-per-source:"},
 		{"zero timeout", `read_timeout = "0s"`, "config read-timeout:"},
 		{"negative duration", `shutdown_timeout = "-5s"`, "config shutdown-timeout:"},
 		{"ollama url", `ollama_url = "localhost:11434"`, "config ollama-url:"},

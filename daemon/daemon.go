@@ -24,7 +24,7 @@ import (
 	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/internal/backoff"
 	"github.com/hearthd/hearth/internal/certreload"
-	"github.com/hearthd/hearth/internal/evloop"
+	"github.com/hearthd/hearth/internal/connlimit"
 	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/ollama"
@@ -86,7 +86,6 @@ type node struct {
 	restartRuntime func(ctx context.Context, reason string) error
 	stuck          chan string
 	api            *deployapi.API
-	loop           *evloop.Loop // relays streams (--relay-loop); nil if off
 	srv            *fasthttp.Server
 	ln             net.Listener
 	url            string // the deployment API's base URL, for the log
@@ -250,15 +249,6 @@ func (nd *node) openModels() error {
 // of `ollama serve`, which stops last.
 func (nd *node) openRuntime() error {
 	cfg := nd.cfg
-	if cfg.RelayLoop {
-		// Closed last: the API and the runtime's connections use it.
-		l, err := evloop.New(nd.log)
-		if err != nil {
-			return fmt.Errorf("relay loop: %w", err)
-		}
-		nd.loop = l
-		nd.onClose(func() { _ = l.Close() })
-	}
 	if cfg.OllamaStart {
 		sup, err := supervisor(cfg, nd.log)
 		if err != nil {
@@ -309,7 +299,6 @@ func (nd *node) ollamaRuntime(cfg Config, log *slog.Logger) (modelRuntime, error
 		MaxConns:         cfg.MaxConcurrent + cfg.MaxQueue,
 		Logger:           log,
 		OnStuck:          nd.runtimeStuck,
-		Loop:             nd.loop,
 	})
 	if err != nil {
 		return nil, err
@@ -349,7 +338,6 @@ func (nd *node) openAPI() error {
 		MaxOutputTokens:     cfg.MaxOutputTokens,
 		NoReasoning:         !cfg.Reasoning,
 		WriteStallTimeout:   cfg.WriteStallTimeout,
-		Loop:                nd.loop,
 	}, nd.rt, nd.keys, nd.m, nd.log)
 	nd.onClose(nd.api.Close)
 	nd.m.RegisterRuntimeUp(func() bool {
@@ -379,13 +367,15 @@ func (nd *node) openAPI() error {
 	}
 	nd.onClose(func() { _ = ln.Close() })
 	ln = deployapi.NewRetryListener(ln, nd.log)
+	// No one address may take every descriptor with idle connections.
+	ln = connlimit.New(ln, 0, cfg.MaxConnsPerSource)
 	deployapi.CheckFileLimit(cfg.MaxConcurrent, cfg.MaxQueue, nd.log)
 	probeAddr := systemd.LoopbackAddr(ln.Addr())
 	scheme := "http"
 	if certs != nil {
 		ln, scheme = tls.NewListener(ln, deployapi.TLSConfig(certs)), "https"
 	}
-	nd.ln, nd.srv = ln, nd.api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
+	nd.ln, nd.srv = deployapi.Listener(ln), nd.api.Server(cfg.ReadTimeout, cfg.IdleTimeout)
 	nd.url = scheme + "://" + ln.Addr().String() + deployapi.APIPrefix
 	nd.group.add(component{name: "deployment API", phase: phaseFront, critical: true, run: func(ctx context.Context) error {
 		nd.log.Info("deployment API listening", "addr", ln.Addr().String(), "model", nd.api.Model(), "socket_activated", activated)

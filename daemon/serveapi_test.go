@@ -1,14 +1,19 @@
 package daemon
 
 import (
+	"bufio"
 	"context"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/deployapi"
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/fake"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/systemd"
@@ -48,5 +53,55 @@ func TestServeAPIStopsBeforeServing(t *testing.T) {
 		}
 		api.Close()
 		_ = ln.Close()
+	}
+}
+
+// TestConnectionsPerSourceAreCapped: one address holds at most
+// max_conns_per_source connections to the deployment API; the next is
+// closed before anything is read, and a slot freed is usable again.
+func TestConnectionsPerSourceAreCapped(t *testing.T) {
+	tn := startNodeWith(t, func(c *Config) { c.MaxConnsPerSource = 3 })
+	addr := strings.TrimPrefix(tn.base, "http://")
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// served reports whether c answers a request, and keeps it open.
+	served := func(c net.Conn) bool {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			return false
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	// The watchdog's probes come from loopback too: wait until they
+	// leave the slots free.
+	var held []net.Conn
+	testutil.WaitFor(t, 30*time.Second, "three connections served", func() bool {
+		for _, c := range held {
+			c.Close()
+		}
+		held = []net.Conn{dial(), dial(), dial()}
+		return served(held[0]) && served(held[1]) && served(held[2])
+	})
+	if served(dial()) {
+		t.Fatal("a fourth connection from the same address was served")
+	}
+	held[0].Close()
+	testutil.WaitFor(t, 30*time.Second, "the freed slot taken again", func() bool { return served(dial()) })
+	for _, c := range held[1:] {
+		if !served(c) {
+			t.Fatal("a connection within the cap was dropped")
+		}
 	}
 }

@@ -114,7 +114,12 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 	l.setWaiting(l.waiting + 1)
 	l.dispatch() // slots may be free for it, behind the kept ones
 	l.mu.Unlock()
+	return l.wait(ctx, key, ks, w)
+}
 
+// wait waits for w, queued for key (ks), to be granted or refused, or for
+// ctx to end; then it holds nothing.
+func (l *limiter) wait(ctx context.Context, key string, ks *keyState, w *waiter) error {
 	select {
 	case err := <-w.ready:
 		return err
@@ -125,7 +130,7 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 	select {
 	case err := <-w.ready: // decided while we were leaving
 		if err == nil {
-			l.releaseLocked(key, ks, n)
+			l.releaseLocked(key, ks, w.n)
 		}
 	default:
 		ks.waiters = removeWaiter(ks.waiters, w)
@@ -133,6 +138,34 @@ func (l *limiter) acquireN(ctx context.Context, key string, n int) error {
 		l.forget(key, ks)
 	}
 	return ctx.Err()
+}
+
+// requeue gives back one of key's slots and waits for one again, for a
+// request that runs in steps (an embeddings batch in several runtime
+// calls): the freed slot goes to whoever the fair order names first, so
+// other requests get in between the steps, and the request takes a slot
+// back at once when no one else wants it. It waits at the head of its
+// key's waiters, and is never refused for a full waiting room: it was
+// admitted already. On an error (ctx ended) it holds no slot.
+func (l *limiter) requeue(ctx context.Context, key string) error {
+	l.mu.Lock()
+	ks := l.keys[key]
+	l.running--
+	ks.running--
+	l.dispatch()
+	if l.running < l.maxConcurrent && ks.running < l.perKey && len(ks.waiters) == 0 && l.fairest() == nil {
+		l.grant(ks, 1)
+		l.mu.Unlock()
+		return nil
+	}
+	w := &waiter{ready: make(chan error, 1), n: 1}
+	ks.waiters = append(ks.waiters, nil)
+	copy(ks.waiters[1:], ks.waiters)
+	ks.waiters[0] = w
+	l.setWaiting(l.waiting + 1)
+	l.dispatch()
+	l.mu.Unlock()
+	return l.wait(ctx, key, ks, w)
 }
 
 // release frees key's slot and hands it on.

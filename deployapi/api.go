@@ -21,8 +21,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/apikeys"
-	"github.com/hearthd/hearth/internal/evloop"
-	"github.com/hearthd/hearth/internal/gopool"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -54,10 +52,6 @@ type APIConfig struct {
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.
 	SwitchWait time.Duration
-	// Loop, if set, relays the chat streams the runtime lets it
-	// (llm.Pollable, pollrelay.go); the runtime must watch their
-	// connections with the same loop.
-	Loop *evloop.Loop
 }
 
 // DefaultSwitchWait is APIConfig.SwitchWait's default.
@@ -80,23 +74,10 @@ type API struct {
 	warm     atomic.Bool // the model is loaded; set once start-up finishes
 	draining atomic.Bool
 	inflight sync.WaitGroup
-	kept     keptSet      // connections handed back after a stream (hijack.go)
-	serving  *gopool.Pool // serves kept connections (serveKept)
-	// readerField is where fasthttp's hijacked connection keeps its
-	// reader (keepAlive).
-	readerField readerField
 
 	reqPrefix string
 	reqSeq    atomic.Uint64
 	bufs      sync.Pool
-	peers     peerWatcher   // each request's client socket, for its close
-	polled    atomic.Uint64 // streams relayed from the event loop (tests)
-	// whole counts the streams whose answer had all come in by the time
-	// their head was written: nothing left to relay, from the loop or not
-	// (tests: how many streams the loop could have relayed depends on it).
-	whole atomic.Uint64
-	// srv is the server streams hand their connection back to (Server).
-	srv atomic.Pointer[fasthttp.Server]
 }
 
 // NewAPI builds the deployment API over a runtime and a key ring, observing
@@ -116,7 +97,6 @@ func NewAPI(cfg APIConfig, rt llm.Runtime, keys Keys, m *metrics.Node, log *slog
 		lim:        newLimiter(cfg.MaxConcurrent, cfg.MaxConcurrentPerKey, cfg.MaxQueue),
 		base:       base,
 		cancelBase: cancel,
-		serving:    gopool.New(servePoolIdle),
 		reqPrefix:  "req_" + hex.EncodeToString(rnd[:]),
 	}
 	a.gate.cur.Store(a.newServed(cfg.Model, rt))
@@ -164,7 +144,7 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 		// The read buffer goes back to a pool once a request is read
 		// (unless a pipelined one follows it), and an idle keep-alive
 		// connection holds no buffers: a stream, which may last minutes,
-		// holds only its write buffer (BENCHMARKS.md).
+		// holds only its write buffer.
 		ReduceMemoryUsage:            true,
 		NoDefaultServerHeader:        false,
 		NoDefaultContentType:         true,
@@ -174,10 +154,7 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 		// fasthttp's connection errors would otherwise quote the request,
 		// Authorization header included.
 		SecureErrorLogMessage: true,
-		// A stream hands its hijacked connection back (hijack.go).
-		KeepHijackedConns: true,
 	}
-	a.srv.Store(s)
 	return s
 }
 
@@ -185,7 +162,6 @@ func (a *API) Server(readTimeout, idleTimeout time.Duration) *fasthttp.Server {
 // finish or ctx ends; then it cancels whatever is still generating.
 func (a *API) Drain(ctx context.Context) error {
 	a.draining.Store(true)
-	a.kept.drain()
 	done := make(chan struct{})
 	go func() { a.inflight.Wait(); close(done) }()
 	select {
@@ -219,23 +195,12 @@ func (a *API) Shutdown(srv *fasthttp.Server, timeout time.Duration) {
 	if err := <-shutdownDone; err != nil && !errors.Is(err, context.Canceled) {
 		a.log.Warn("listener shutdown", "err", err)
 	}
-	a.serving.Stop()
-	a.peers.close()
 }
 
 // Close ends every generation at once.
 func (a *API) Close() {
 	a.cancelBase()
-	a.serving.Stop()
-	a.peers.close()
 }
-
-// servePoolIdle is how long a goroutine of the pool that serves kept
-// connections waits for one before it ends: fasthttp's
-// MaxIdleWorkerDuration, for its own workers. A goroutine started per
-// connection handed back grew its stack three times over every request
-// (fasthttp's parse and the handler).
-const servePoolIdle = 10 * time.Second
 
 const APIPrefix = "/api/v1"
 
@@ -246,7 +211,10 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
-	if ambiguousFraming(&ctx.Request.Header) {
+	if framingRefused(&ctx.Request.Header) {
+		// Its body was never read: discarded before the answer, so that
+		// the close does not reset the connection under it.
+		drainRefusedBody(ctx)
 		a.writeError(ctx, openai.InvalidRequest("", "Request has both Content-Length and Transfer-Encoding."))
 		ctx.SetConnectionClose()
 		a.m.Request(route, ctx.Response.StatusCode())
@@ -374,11 +342,17 @@ func (a *API) handleReady(ctx *fasthttp.RequestCtx) {
 }
 
 // headerReceived runs once a request's headers are in, before its body is
-// read: a request to the API whose key does not authenticate is allowed a
-// body of one byte, so a bad key never makes hearthd buffer a large body;
+// read. A request with ambiguous framing is marked to be refused, whatever
+// its key. A request to the API whose key does not authenticate is allowed
+// a body of one byte, so a bad key never makes hearthd buffer a large body;
 // the read stops at once and handleTransportError answers 401. (A valid key
 // is looked up again by the handler: a hash and a map read.)
 func (a *API) headerReceived(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	if ambiguousFraming(h) {
+		// Before the key: refused whatever it is (framing.go).
+		refuseFraming(h)
+		return fasthttp.RequestConfig{}
+	}
 	if h.ContentLength() == 0 || !bytes.HasPrefix(h.RequestURI(), []byte(APIPrefix)) {
 		return fasthttp.RequestConfig{}
 	}

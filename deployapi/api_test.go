@@ -3,6 +3,7 @@ package deployapi
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/apikeys"
+	"github.com/hearthd/hearth/internal/certreload"
+	"github.com/hearthd/hearth/internal/certreload/certtest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/fake"
@@ -32,15 +37,32 @@ type testAPI struct {
 	keys   *apikeys.Static
 	secret string
 	keyID  string
+	// client trusts the API's certificate when it serves TLS (tlsConf;
+	// serverTLS is the server's side).
+	client    *http.Client
+	tlsConf   *tls.Config
+	serverTLS *tls.Config
+	caFile    string // the CA's certificate, for clients of other programs
 }
 
 func startAPI(t *testing.T, fc fake.Config, mod func(*APIConfig)) *testAPI {
 	t.Helper()
-	return startAPILog(t, fc, mod, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return startAPIOver(t, false, fc, mod)
+}
+
+// startAPIOver is startAPI, serving TLS if overTLS.
+func startAPIOver(t *testing.T, overTLS bool, fc fake.Config, mod func(*APIConfig)) *testAPI {
+	t.Helper()
+	return startAPILogOver(t, overTLS, fc, mod, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
 // startAPILog is startAPI with the API logging to log.
 func startAPILog(t *testing.T, fc fake.Config, mod func(*APIConfig), log *slog.Logger) *testAPI {
+	t.Helper()
+	return startAPILogOver(t, false, fc, mod, log)
+}
+
+func startAPILogOver(t *testing.T, overTLS bool, fc fake.Config, mod func(*APIConfig), log *slog.Logger) *testAPI {
 	t.Helper()
 	cfg := APIConfig{
 		Model:             testModel,
@@ -54,14 +76,34 @@ func startAPILog(t *testing.T, fc fake.Config, mod func(*APIConfig), log *slog.L
 		mod(&cfg)
 	}
 	rt := fake.New(fc)
-	ta := serveAPI(t, cfg, rt, log)
+	ta := serveAPIOver(t, overTLS, cfg, rt, log)
 	ta.rt = rt
 	return ta
+}
+
+// overBoth runs f over plain HTTP and over TLS: a stream takes the same
+// path on both.
+func overBoth(t *testing.T, f func(t *testing.T, overTLS bool)) {
+	t.Helper()
+	for _, overTLS := range []bool{false, true} {
+		name := "http"
+		if overTLS {
+			name = "tls"
+		}
+		t.Run(name, func(t *testing.T) { f(t, overTLS) })
+	}
 }
 
 // serveAPI serves an API over rt, with one key, on a loopback port until
 // the test ends.
 func serveAPI(t *testing.T, cfg APIConfig, rt llm.Runtime, log *slog.Logger) *testAPI {
+	t.Helper()
+	return serveAPIOver(t, false, cfg, rt, log)
+}
+
+// serveAPIOver is serveAPI, over TLS if overTLS (a certificate of a test
+// CA, reloaded as in production).
+func serveAPIOver(t *testing.T, overTLS bool, cfg APIConfig, rt llm.Runtime, log *slog.Logger) *testAPI {
 	t.Helper()
 	keys := apikeys.NewStatic()
 	secret, key := keys.Add("test")
@@ -71,20 +113,58 @@ func serveAPI(t *testing.T, cfg APIConfig, rt llm.Runtime, log *slog.Logger) *te
 	if err != nil {
 		t.Fatal(err)
 	}
+	ta := &testAPI{api: api, keys: keys, secret: secret, keyID: key.ID}
+	root := "http://" + ln.Addr().String()
+	tr := &http.Transport{}
+	if overTLS {
+		ca := certtest.NewCA(t)
+		files := certtest.NewDir(t)
+		c, k := ca.Issue(t, 1, time.Now().Add(24*time.Hour))
+		files.Renew(t, c, k)
+		r, err := certreload.New(files.Cert(), files.Key(), discardLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ta.serverTLS = TLSConfig(r)
+		ln = tls.NewListener(ln, ta.serverTLS)
+		root = "https://" + strings.TrimPrefix(root, "http://")
+		ta.tlsConf = &tls.Config{RootCAs: ca.Pool}
+		ta.caFile = filepath.Join(t.TempDir(), "ca.pem")
+		if err := os.WriteFile(ta.caFile, ca.PEM(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		tr.TLSClientConfig = ta.tlsConf
+	}
 	srv := api.Server(5*time.Second, 5*time.Second)
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = srv.Serve(Listener(ln)) }()
+	ta.client = &http.Client{Transport: tr}
 	t.Cleanup(func() {
+		tr.CloseIdleConnections()
 		api.Close()
 		_ = srv.Shutdown()
 	})
-	root := "http://" + ln.Addr().String()
-	return &testAPI{url: root + "/api/v1", root: root, api: api, keys: keys, secret: secret, keyID: key.ID}
+	ta.url, ta.root = root+"/api/v1", root
+	return ta
+}
+
+// addr is the API's host:port.
+func (ta *testAPI) addr() string {
+	_, hostPort, _ := strings.Cut(ta.root, "://")
+	return hostPort
+}
+
+// dial opens a connection to the API, over TLS if it serves TLS.
+func (ta *testAPI) dial() (net.Conn, error) {
+	if ta.tlsConf != nil {
+		return tls.Dial("tcp", ta.addr(), ta.tlsConf)
+	}
+	return net.Dial("tcp", ta.addr())
 }
 
 // get GETs path below the root and returns the status.
 func (ta *testAPI) get(t *testing.T, path string) int {
 	t.Helper()
-	r, err := http.Get(ta.root + path)
+	r, err := ta.client.Get(ta.root + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +193,7 @@ func (ta *testAPI) postTo(t *testing.T, path, body string, hdr map[string]string
 			req.Header.Set(k, v)
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,10 +304,12 @@ func TestCompletionIDsAreUnique(t *testing.T) {
 	}
 }
 
-func TestStreamWireFormat(t *testing.T) {
+func TestStreamWireFormat(t *testing.T) { overBoth(t, testStreamWireFormat) }
+
+func testStreamWireFormat(t *testing.T, overTLS bool) {
 	for _, includeUsage := range []bool{false, true} {
 		t.Run(fmt.Sprintf("include_usage=%v", includeUsage), func(t *testing.T) {
-			ta := startAPI(t, fake.Config{Tokens: []string{"a", "b", "c"}, PromptTokens: 4}, nil)
+			ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"a", "b", "c"}, PromptTokens: 4}, nil)
 			body := `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 			if includeUsage {
 				body = `{"model":"hearth-tiny","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
@@ -303,8 +385,10 @@ func TestStreamWireFormat(t *testing.T) {
 
 // Each event must reach the client when it is produced: the first content
 // chunk arrives while the runtime is still generating.
-func TestStreamFlushesPerEvent(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 5, TokenDelay: 150 * time.Millisecond}, nil)
+func TestStreamFlushesPerEvent(t *testing.T) { overBoth(t, testStreamFlushesPerEvent) }
+
+func testStreamFlushesPerEvent(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 5, TokenDelay: 150 * time.Millisecond}, nil)
 	resp := ta.post(t, `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
@@ -330,8 +414,10 @@ func TestStreamFlushesPerEvent(t *testing.T) {
 
 // A client that disconnects mid-stream cancels the generation at once: the
 // next token is 30 s away, so no failed write could be what notices.
-func TestDisconnectCancelsGeneration(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
+func TestDisconnectCancelsGeneration(t *testing.T) { overBoth(t, testDisconnectCancelsGeneration) }
+
+func testDisconnectCancelsGeneration(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
 	conn := ta.streamUntil(t, "/chat/completions", `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
 		`"content":"x"`)
 	leave(t, conn, ta.rt.LastStream())
@@ -341,7 +427,7 @@ func TestDisconnectCancelsGeneration(t *testing.T) {
 // until a line holds marker; the caller closes the connection.
 func (ta *testAPI) streamUntil(t *testing.T, path, body, marker string) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,9 +446,11 @@ func (ta *testAPI) streamUntil(t *testing.T, path, body, marker string) net.Conn
 }
 
 // A client that leaves before the first token (long prefill) also cancels.
-func TestDisconnectBeforeFirstToken(t *testing.T) {
-	ta := startAPI(t, fake.Config{FirstTokenDelay: slowToken}, nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+func TestDisconnectBeforeFirstToken(t *testing.T) { overBoth(t, testDisconnectBeforeFirstToken) }
+
+func testDisconnectBeforeFirstToken(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{FirstTokenDelay: slowToken}, nil)
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +495,7 @@ func TestQueueFullGives429(t *testing.T) {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, "POST", ta.url+"/chat/completions", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+ta.secret)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
+			if resp, err := ta.client.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 			}
@@ -601,7 +689,11 @@ func TestNotWarmGives503AndReadyzFalse(t *testing.T) {
 }
 
 func TestMidStreamFailureEndsWithErrorEvent(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 10, StreamErr: errors.New("runner died"), FailAfter: 2}, nil)
+	overBoth(t, testMidStreamFailureEndsWithErrorEvent)
+}
+
+func testMidStreamFailureEndsWithErrorEvent(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 10, StreamErr: errors.New("runner died"), FailAfter: 2}, nil)
 	resp := ta.post(t, `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	defer resp.Body.Close()
 	evs := readSSE(t, resp.Body)
@@ -619,7 +711,7 @@ func TestModels(t *testing.T) {
 	get := func(path string) *http.Response {
 		req, _ := http.NewRequest("GET", ta.url+path, nil)
 		req.Header.Set("Authorization", "Bearer "+ta.secret)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := ta.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -648,7 +740,7 @@ func TestModels(t *testing.T) {
 	}
 	errorOf(t, resp)
 	req, _ := http.NewRequest("DELETE", ta.url+"/models", nil)
-	resp, _ = http.DefaultClient.Do(req)
+	resp, _ = ta.client.Do(req)
 	if resp.StatusCode != 405 {
 		t.Fatalf("DELETE /models: %d", resp.StatusCode)
 	}
@@ -673,8 +765,10 @@ func TestUnsentOptionsStayUnset(t *testing.T) {
 	}
 }
 
-func TestDrainFinishesInFlightStreams(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 10, TokenDelay: 30 * time.Millisecond}, nil)
+func TestDrainFinishesInFlightStreams(t *testing.T) { overBoth(t, testDrainFinishesInFlightStreams) }
+
+func testDrainFinishesInFlightStreams(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 10, TokenDelay: 30 * time.Millisecond}, nil)
 	resp := ta.post(t, `{"model":"hearth-tiny","stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	defer resp.Body.Close()
 	// The first event: the stream is under way, and in flight for Drain.
@@ -697,7 +791,7 @@ func TestDrainFinishesInFlightStreams(t *testing.T) {
 	}
 	// The stream's connection closed at its end (a draining server keeps
 	// none open); a new one is answered 503.
-	http.DefaultClient.CloseIdleConnections()
+	ta.client.CloseIdleConnections()
 	r := ta.post(t, `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if r.StatusCode != 503 {
 		t.Fatalf("new request while draining: %d", r.StatusCode)
@@ -714,7 +808,7 @@ func TestDrainFinishesInFlightStreams(t *testing.T) {
 func TestReadyzQuotesTheErrorAsJSON(t *testing.T) {
 	msg := "dial \x00\x01\a\x1b[31m \"quoted\" \\ back\nline \xff\xfe \u2028 end"
 	ta := startAPI(t, fake.Config{ReadyErr: errors.New(msg)}, nil)
-	resp, err := http.Get(ta.root + "/readyz")
+	resp, err := ta.client.Get(ta.root + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}

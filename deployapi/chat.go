@@ -5,11 +5,9 @@ import (
 	"errors"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
@@ -24,24 +22,20 @@ import (
 func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	var req *openai.ChatRequest
-	sl, ok := a.admit(ctx, func(s *served) (int, *openai.Error) {
+	sl, ok := a.admit(ctx, func(s *served) (demand, *openai.Error) {
 		r, e := openai.DecodeChatRequest(ctx.PostBody(), s.model)
 		if e == nil {
 			e = a.checkLimits(s.ctx, s, &r.Runtime, &chatLimitParams)
 		}
 		if e != nil {
-			return 0, e
+			return demand{}, e
 		}
 		req = r
-		return r.N, nil
+		return generationDemand(s, &r.Runtime, r.N, schemaParam(&r.Runtime, "response_format")), nil
 	})
 	if !ok {
 		return
 	}
-	// A forced or single tool call wraps the stream (startGeneration),
-	// which the loop does not relay.
-	rt := &req.Runtime
-	rt.Polled = req.Stream && a.pollable(ctx, req.N) && rt.ForceTool == "" && !(rt.OneToolCall && len(rt.Tools) > 0)
 	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, choiceRequest(&req.Runtime, i))
 	})
@@ -57,6 +51,28 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	}
 	enc := openai.NewChunkEncoder(c.id, c.created, c.served.model, c.served.fingerprint, req.IncludeUsage)
 	c.streamSSE(ctx, newChatSink(enc, len(c.choices), req.IncludeUsage, c.logprobs))
+}
+
+// failed answers a request whose generation (or embedding) failed with
+// err before its answer started: a model switch's drain ended it (503),
+// its client is gone (nobody to answer: closeUnanswered), or the runtime
+// failed (writeRuntimeError). A runtime that would not take the
+// request's JSON schema is a 400 naming the parameter that carried it.
+func (a *API) failed(ctx *fasthttp.RequestCtx, sl *slot, err error) {
+	switch {
+	case sl.s.ctx.Err() != nil && !errors.Is(err, llm.ErrTimeout):
+		a.logPanic(err)
+		a.writeError(ctx, openai.Unavailable("The deployment switched its model; please retry."))
+	case sl.gctx.Err() != nil && !errors.Is(err, llm.ErrTimeout):
+		a.logPanic(err) // nobody to answer, but a bug to report
+		closeUnanswered(ctx)
+	default:
+		var inv *llm.InvalidRequestError
+		if errors.As(err, &inv) && inv.Schema && inv.Param == "" && sl.est.schemaParam != "" {
+			err = &llm.InvalidRequestError{Msg: inv.Msg, Param: sl.est.schemaParam, Schema: true}
+		}
+		a.writeRuntimeError(ctx, err)
+	}
 }
 
 func (a *API) writeRuntimeError(ctx *fasthttp.RequestCtx, err error) {
@@ -102,7 +118,19 @@ func choiceOptions(o llm.Options, i int) llm.Options {
 func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Time, streamed bool,
 	gen func(ctx context.Context, i int) (llm.Stream, error)) (*completion, bool) {
 	n := sl.n
-	stream, err := startChoices(sl.gctx, n, gen, func(_ int, err error) {
+	// held are the generations that hold back what they generate
+	// (forcedStream), whose tokens a cancellation must still charge.
+	held := make([]generator, n)
+	stream, err := startChoices(sl.gctx, n, func(ctx context.Context, i int) (llm.Stream, error) {
+		st, err := gen(ctx, i)
+		held[i], _ = st.(generator)
+		return st, err
+	}, func(_ int, err error) {
+		if err == nil || readPrompt(err, sl.gctx) {
+			// Closed after it started, or given up on while the runtime
+			// read the prompt: the prompt was read, at least in part.
+			sl.charge(sl.est.prompt, 0)
+		}
 		var ab llm.Abandoned
 		if errors.As(err, &ab) {
 			// The runtime still works on the request: its slot stays taken
@@ -114,15 +142,13 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 		a.lim.release(sl.key.ID)
 	})
 	if err != nil {
-		clientGone := sl.gctx.Err() != nil
-		sl.finish() // every slot is settled by the callback above
-		if clientGone && !errors.Is(err, llm.ErrTimeout) {
-			a.logPanic(err) // nobody to answer, but a bug to report
+		if sl.gctx.Err() != nil && !errors.Is(err, llm.ErrTimeout) {
 			a.m.ChatCompletion(metrics.FinishCancelled, streamed)
-			return nil, false // client gone or shutting down: nobody to answer
+		} else {
+			a.m.ChatCompletion(metrics.FinishError, streamed)
 		}
-		a.m.ChatCompletion(metrics.FinishError, streamed)
-		a.writeRuntimeError(ctx, err)
+		a.failed(ctx, sl, err)
+		sl.finish() // every slot is settled by the callback above
 		return nil, false
 	}
 
@@ -134,9 +160,9 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 		start:   start,
 		stream:  stream,
 		gctx:    sl.gctx,
-		keyID:   sl.key.ID,
 		isSSE:   streamed,
 		sl:      sl,
+		held:    held,
 	}
 	c.choices = c.one[:]
 	if n > 1 {
@@ -144,11 +170,32 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 	}
 	c.done = func() {
 		c.observe()
+		c.charge()
 		a.m.StreamEnded()
 		sl.release(a)
 	}
 	return c, true
 }
+
+// readPrompt reports whether a generation that failed to start with err
+// had the runtime read its prompt: it timed out waiting for the runtime's
+// first answer (504), or was given up on (its client gone, the model
+// drained) while the runtime worked on it. A runtime that refused the
+// request or could not be reached read nothing.
+func readPrompt(err error, gctx context.Context) bool {
+	var ab llm.Abandoned
+	return errors.Is(err, llm.ErrTimeout) || errors.As(err, &ab) ||
+		gctx.Err() != nil && !errors.Is(err, llm.ErrUnavailable) && !isInvalid(err)
+}
+
+func isInvalid(err error) bool {
+	var inv *llm.InvalidRequestError
+	return errors.As(err, &inv)
+}
+
+// generator is a generation's stream that holds back what it generates
+// (forcedStream): generated is how many pieces it received.
+type generator interface{ generated() int }
 
 // completion is one completion being relayed: its choices' generations,
 // merged.
@@ -160,9 +207,9 @@ type completion struct {
 	start   time.Time
 	stream  choiceStream
 	gctx    context.Context
-	keyID   string
 	isSSE   bool
 	sl      *slot
+	held    []generator // per choice; nil where the stream holds nothing back
 	// logprobs: the request asked for them.
 	logprobs bool
 	// done reports the generation and frees its slots; called once, when
@@ -179,8 +226,12 @@ type completion struct {
 type choiceState struct {
 	finish           string // set when it ended
 	prompt, complete int
-	reasoning        int // pieces of thinking relayed (usage.completion_tokens_details)
-	toolCalls        int // tool calls relayed
+	// reported: the runtime counted its tokens (prompt, complete) in a
+	// final event.
+	reported  bool
+	pieces    int // tokens relayed: content and thinking pieces, tool calls estimated
+	reasoning int // pieces of thinking relayed (usage.completion_tokens_details)
+	toolCalls int // tool calls relayed
 }
 
 // token notes that a piece of content reached the client now.
@@ -201,28 +252,56 @@ func (c *completion) seen(i int, ev *llm.Event, now time.Time) {
 		st.reasoning++
 	}
 	if ev.Content != "" || ev.Reasoning != "" {
+		st.pieces++
 		c.token(now)
+	}
+	for _, tc := range ev.ToolCalls {
+		st.pieces += estimateTokens(len(tc.Name) + len(tc.Arguments))
 	}
 	st.toolCalls += len(ev.ToolCalls)
 }
 
-// end records how choice i's generation ended. The key's usage counts
-// what the runtime did: every generation's prompt and output tokens, and
-// the request once.
+// end records how choice i's generation ended.
 func (c *completion) end(i int, ev llm.Event) {
 	st := &c.choices[i]
 	st.finish = finishReason(ev.FinishReason, st.toolCalls > 0)
 	st.prompt, st.complete = ev.PromptTokens, ev.CompletionTokens
-	requests := int64(0)
-	if i == 0 {
-		requests = 1
-	}
-	c.api.keys.RecordUsage(c.keyID, requests, int64(ev.PromptTokens), int64(ev.CompletionTokens))
+	st.reported = ev.PromptTokens > 0 || ev.CompletionTokens > 0
 	if ev.Done && len(c.choices) > 1 {
 		// The runtime is done with this generation: its slot may serve
 		// another request while the other choices go on.
 		c.sl.releaseOne(c.api)
 	}
+}
+
+// charge adds what the completion's generations used to the request's
+// usage: the runtime's counts where it reported them; for a generation
+// that ended without (cancelled, failed, cut by a model switch), its
+// prompt (as another choice's was counted, else estimated) and the tokens
+// it generated up to its end. Called once, after the stream is closed.
+func (c *completion) charge() {
+	known := 0
+	for _, st := range c.choices {
+		if st.reported {
+			known = max(known, st.prompt)
+		}
+	}
+	if known == 0 {
+		known = c.sl.est.prompt
+	}
+	prompt, complete := 0, 0
+	for i, st := range c.choices {
+		if st.reported {
+			prompt, complete = prompt+st.prompt, complete+st.complete
+			continue
+		}
+		out := st.pieces
+		if g := c.held[i]; g != nil {
+			out = max(out, g.generated())
+		}
+		prompt, complete = prompt+known, complete+out
+	}
+	c.sl.charge(prompt, complete)
 }
 
 // usage is the completion's token counts for its answer: the prompt once
@@ -258,7 +337,7 @@ func (c *completion) observe() {
 		}
 	}
 	m.ObserveChatDuration(time.Since(c.start))
-	c.api.keys.RecordOutcome(c.keyID, c.outcome())
+	c.api.keys.RecordOutcome(c.sl.key.ID, c.outcome())
 }
 
 // collect runs every generation to its end for an answer that is not
@@ -318,7 +397,7 @@ func (c *completion) respond(ctx *fasthttp.RequestCtx) {
 		}
 	})
 	if err != nil {
-		c.api.writeRuntimeError(ctx, err)
+		c.api.failed(ctx, c.sl, err)
 		return
 	}
 	bp := c.api.bufs.Get().(*[]byte)
@@ -363,11 +442,6 @@ func newChatSink(enc *openai.ChunkEncoder, n int, includeUsage, logprobs bool) *
 	k := &chatSink{logprobs: logprobs}
 	k.init(enc, n, includeUsage)
 	return k
-}
-
-// cacheLines appends the lines event reads for a stream of one choice.
-func (k *chatSink) cacheLines(dst []unsafe.Pointer) []unsafe.Pointer {
-	return k.enc.CacheLines(cacheline.Of(dst, k))
 }
 
 func (k *chatSink) begin(dst []byte) []byte {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -94,8 +93,10 @@ func TestNChoicesNonStream(t *testing.T) {
 
 // n=3 streamed: every choice gets its role chunk, its content and its own
 // finish chunk; usage and [DONE] come after the last.
-func TestNChoicesStream(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"a", "b", "c"}, PromptTokens: 4}, nil)
+func TestNChoicesStream(t *testing.T) { overBoth(t, testNChoicesStream) }
+
+func testNChoicesStream(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"a", "b", "c"}, PromptTokens: 4}, nil)
 	resp := ta.post(t, `{"model":"hearth-tiny","n":3,"stream":true,"stream_options":{"include_usage":true},`+
 		`"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`, nil)
 	defer resp.Body.Close()
@@ -222,9 +223,11 @@ func TestNChoicesFreeSlotsAsTheyEnd(t *testing.T) {
 }
 
 // A client that leaves cancels every choice's generation.
-func TestNChoicesDisconnectCancelsAll(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+func TestNChoicesDisconnectCancelsAll(t *testing.T) { overBoth(t, testNChoicesDisconnectCancelsAll) }
+
+func testNChoicesDisconnectCancelsAll(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,16 +18,16 @@ import (
 func (a *API) handleCompletions(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	var req *openai.CompletionRequest
-	sl, ok := a.admit(ctx, func(s *served) (int, *openai.Error) {
+	sl, ok := a.admit(ctx, func(s *served) (demand, *openai.Error) {
 		r, e := openai.DecodeCompletionRequest(ctx.PostBody(), s.model)
 		if e == nil {
 			e = a.checkCompletion(s.ctx, s, r)
 		}
 		if e != nil {
-			return 0, e
+			return demand{}, e
 		}
 		req = r
-		return len(r.Prompts) * r.N, nil
+		return completionDemand(s, r), nil
 	})
 	if !ok {
 		return
@@ -100,13 +100,25 @@ func (a *API) checkCompletion(ctx context.Context, s *served, req *openai.Comple
 	return e
 }
 
+// completionDemand is what a legacy completion takes: a generation per
+// prompt and choice, each reading its prompt (estimated as their
+// average) and writing at most max_tokens (checkCompletion set it).
+func completionDemand(s *served, r *openai.CompletionRequest) demand {
+	bytes := 0
+	for _, p := range r.Prompts {
+		bytes += len(p) + len(r.Runtime.Suffix)
+	}
+	return demand{slots: len(r.Prompts) * r.N, prompt: estimateTokens(bytes / max(1, len(r.Prompts))),
+		output: maxOutput(s.knownLimits(), &r.Runtime.Options)}
+}
+
 // respondText collects the whole generation and answers one
 // text_completion object.
 func (c *completion) respondText(ctx *fasthttp.RequestCtx) {
 	texts := make([]strings.Builder, len(c.choices))
 	err := c.collect(func(i int, ev *llm.Event) { texts[i].WriteString(ev.Content) })
 	if err != nil {
-		c.api.writeRuntimeError(ctx, err)
+		c.api.failed(ctx, c.sl, err)
 		return
 	}
 	choices := make([]openai.TextChoice, len(c.choices))

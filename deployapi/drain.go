@@ -22,7 +22,9 @@ const writeBufferSize = 2048
 const (
 	drainMaxBytes = 64 << 20
 	drainMaxTime  = 10 * time.Second
-	drainIdle     = 100 * time.Millisecond
+	// A client on a slow or busy link pauses mid-body; a shorter wait
+	// closed such uploads with a reset instead of the answer.
+	drainIdle = time.Second
 )
 
 // drainRefusedBody reads and discards the body of a request refused before

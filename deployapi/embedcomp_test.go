@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -35,7 +34,7 @@ func (ta *testAPI) postToAs(t *testing.T, route, secret, body string) *http.Resp
 	}
 	req.Header.Set("Authorization", "Bearer "+secret)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func TestEmbeddingsBadInput(t *testing.T) {
 	if e := errorOf(t, resp); resp.StatusCode != 401 || e["code"] != "invalid_api_key" {
 		t.Fatalf("bad key: %d %v", resp.StatusCode, e)
 	}
-	get, _ := http.Get(ta.url + "/embeddings")
+	get, _ := ta.client.Get(ta.url + "/embeddings")
 	get.Body.Close()
 	if get.StatusCode != 405 {
 		t.Fatalf("GET: %d", get.StatusCode)
@@ -197,8 +196,10 @@ func TestCompletions(t *testing.T) {
 	}
 }
 
-func TestCompletionsStream(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x", "y"}}, nil)
+func TestCompletionsStream(t *testing.T) { overBoth(t, testCompletionsStream) }
+
+func testCompletionsStream(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x", "y"}}, nil)
 	resp := ta.postBody(t, "/completions", `{"model":"hearth-tiny","prompt":["go"],"stream":true,"stream_options":{"include_usage":true}}`)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -304,9 +305,11 @@ func TestCompletionsDefaultMaxTokens(t *testing.T) {
 }
 
 // A client that leaves a legacy completion stream cancels it at once.
-func TestCompletionsDisconnectCancels(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+func TestCompletionsDisconnectCancels(t *testing.T) { overBoth(t, testCompletionsDisconnectCancels) }
+
+func testCompletionsDisconnectCancels(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +366,7 @@ func TestEmbeddingsDisconnectCancels(t *testing.T) {
 	hold := make(chan struct{})
 	defer close(hold)
 	ta := startAPI(t, fake.Config{Hold: hold}, nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +421,7 @@ func TestEmbeddingsEndedByTheStopGet503(t *testing.T) {
 	req, _ := http.NewRequest("POST", ta.url+"/embeddings", strings.NewReader(`{"model":"hearth-tiny","input":"x"}`))
 	req.Header.Set("Authorization", "Bearer "+ta.secret)
 	go func() {
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := ta.client.Do(req)
 		if err != nil {
 			got <- 0
 			return

@@ -25,22 +25,13 @@ type choiceStream interface {
 // single is a choiceStream over one generation, choice 0: the common case
 // costs no goroutine and no channel.
 type single struct {
-	s    llm.Stream
-	buf  llm.Buffered // s's, or nil
-	wait llm.Waiter   // s's, or nil
+	s   llm.Stream
+	buf llm.Buffered // s's, or nil
 }
 
 func newSingle(s llm.Stream) *single {
 	b, _ := s.(llm.Buffered)
-	w, _ := s.(llm.Waiter)
-	return &single{s: s, buf: b, wait: w}
-}
-
-// Wait waits for the generation's next bytes where it can (llm.Waiter).
-func (s *single) Wait() {
-	if s.wait != nil {
-		s.wait.Wait()
-	}
+	return &single{s: s, buf: b}
 }
 
 func (s *single) Recv() (int, llm.Event, error) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/openai"
@@ -84,7 +85,7 @@ func forceTool(req *llm.Request) (*llm.Request, *forced, error) {
 	var instr strings.Builder
 	if f.named != "" {
 		t := f.tools[0]
-		schema = params(t)
+		schema = toolParams(t)
 		fmt.Fprintf(&instr, "You must call the function %q now.", t.Name)
 		if t.Description != "" {
 			fmt.Fprintf(&instr, " It is described as: %s", t.Description)
@@ -96,12 +97,12 @@ func forceTool(req *llm.Request) (*llm.Request, *forced, error) {
 		for i, t := range f.tools {
 			name, _ := json.Marshal(t.Name)
 			alts[i] = json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","enum":[` + string(name) +
-				`]},"arguments":` + string(params(t)) + `},"required":["name","arguments"],"additionalProperties":false}`)
+				`]},"arguments":` + string(toolParams(t)) + `},"required":["name","arguments"],"additionalProperties":false}`)
 			fmt.Fprintf(&instr, "- %s", t.Name)
 			if t.Description != "" {
 				fmt.Fprintf(&instr, ": %s", t.Description)
 			}
-			fmt.Fprintf(&instr, "\n  arguments JSON schema: %s\n", params(t))
+			fmt.Fprintf(&instr, "\n  arguments JSON schema: %s\n", toolParams(t))
 		}
 		instr.WriteString(`Reply with only a JSON object {"name": <the function's name>, "arguments": <its arguments>}.`)
 		if len(alts) == 1 {
@@ -117,8 +118,8 @@ func forceTool(req *llm.Request) (*llm.Request, *forced, error) {
 	return &fr, f, nil
 }
 
-// params is t's parameters schema, an empty object schema when it has none.
-func params(t llm.Tool) json.RawMessage {
+// toolParams is t's parameters schema, an empty object schema when it has none.
+func toolParams(t llm.Tool) json.RawMessage {
 	if len(bytes.TrimSpace(t.Parameters)) == 0 {
 		return json.RawMessage(`{"type":"object","properties":{}}`)
 	}
@@ -195,7 +196,12 @@ type forcedStream struct {
 	lp   []llm.TokenLogprob
 	rest []llm.Event // events to return before io.EOF
 	done bool
+	// pieces counts the runtime's events with text, held back or not:
+	// the tokens a cancelled generation is charged (generator).
+	pieces atomic.Int64
 }
+
+func (s *forcedStream) generated() int { return int(s.pieces.Load()) }
 
 func (s *forcedStream) Recv() (llm.Event, error) {
 	if len(s.rest) > 0 {
@@ -213,6 +219,9 @@ func (s *forcedStream) Recv() (llm.Event, error) {
 		}
 		if err != nil {
 			return ev, err
+		}
+		if ev.Content != "" || ev.Reasoning != "" {
+			s.pieces.Add(1)
 		}
 		s.text = append(s.text, ev.Content...)
 		s.lp = append(s.lp, ev.Logprobs...)

@@ -25,7 +25,7 @@ import (
 // the server sends before it closes the connection (or 3 s pass).
 func rawExchange(t *testing.T, ta *testAPI, req string) []*http.Response {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+	conn, err := ta.dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,20 +49,45 @@ func rawExchange(t *testing.T, ta *testAPI, req string) []*http.Response {
 
 // RFC 9112 §6.1: a message with both Content-Length and Transfer-Encoding
 // is answered and the connection closed, so nothing smuggled after it is
-// read as a second request.
+// read as a second request: whatever its key (the framing is checked
+// before it), its body (an empty chunked body, one byte, more than a bad
+// key may send) and the order of the two headers.
 func TestContentLengthWithTransferEncodingClosesTheConnection(t *testing.T) {
 	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil)
 	body := `{"model":"hearth-tiny","messages":[{"role":"user","content":"hi"}]}`
 	smuggled := "GET /api/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret + "\r\n\r\n"
-	req := "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ta.secret +
-		"\r\nContent-Type: application/json\r\nContent-Length: " + itoa(len(body)) +
-		"\r\nTransfer-Encoding: chunked\r\n\r\n" + hexLen(len(body)) + "\r\n" + body + "\r\n0\r\n\r\n" + smuggled
-	resps := rawExchange(t, ta, req)
-	if len(resps) != 1 {
-		t.Fatalf("%d responses, want exactly 1 and the connection closed", len(resps))
+	keys := map[string]string{"good key": "Authorization: Bearer " + ta.secret + "\r\n",
+		"bad key": "Authorization: Bearer hearth_live_nope\r\n", "no key": ""}
+	for keyName, auth := range keys {
+		for bodyName, b := range map[string]string{"body": body, "one byte": "{", "empty": ""} {
+			for _, teFirst := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/te first %v", keyName, bodyName, teFirst), func(t *testing.T) {
+					cl, te := "Content-Length: "+itoa(len(b))+"\r\n", "Transfer-Encoding: chunked\r\n"
+					framing := cl + te
+					if teFirst {
+						framing = te + cl
+					}
+					chunks := "0\r\n\r\n"
+					if b != "" {
+						chunks = hexLen(len(b)) + "\r\n" + b + "\r\n" + chunks
+					}
+					resps := rawExchange(t, ta, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"+auth+
+						"Content-Type: application/json\r\n"+framing+"\r\n"+chunks+smuggled)
+					if len(resps) != 1 {
+						t.Fatalf("%d responses, want exactly 1 and the connection closed", len(resps))
+					}
+					if resps[0].StatusCode != 400 || !resps[0].Close {
+						t.Fatalf("status %d, Connection: close %v; want 400 and close", resps[0].StatusCode, resps[0].Close)
+					}
+				})
+			}
+		}
 	}
-	if resps[0].StatusCode != 400 || !resps[0].Close {
-		t.Fatalf("status %d, Connection: close %v; want 400 and close", resps[0].StatusCode, resps[0].Close)
+	// A chunked request alone is served, and its connection kept.
+	resps := rawExchange(t, ta, "POST /api/v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+ta.secret+
+		"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"+hexLen(len(body))+"\r\n"+body+"\r\n0\r\n\r\n"+smuggled)
+	if len(resps) != 2 || resps[0].StatusCode != 200 || resps[1].StatusCode != 200 {
+		t.Fatalf("a chunked request and the next one: %d responses", len(resps))
 	}
 }
 
@@ -173,10 +198,14 @@ func TestNoKeyInTheLogs(t *testing.T) {
 // just noise) and then leaves still cancels its generation: bytes waiting
 // on the connection do not stop the watch for the close.
 func TestDisconnectWithBytesPendingCancels(t *testing.T) {
+	overBoth(t, testDisconnectWithBytesPendingCancels)
+}
+
+func testDisconnectWithBytesPendingCancels(t *testing.T, overTLS bool) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
-			ta := startAPI(t, fake.Config{FirstTokenDelay: slowToken}, nil)
-			conn, err := net.Dial("tcp", strings.TrimPrefix(ta.root, "http://"))
+			ta := startAPIOver(t, overTLS, fake.Config{FirstTokenDelay: slowToken}, nil)
+			conn, err := ta.dial()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,8 +222,10 @@ func TestDisconnectWithBytesPendingCancels(t *testing.T) {
 
 // A body over the limit is answered with a 413 the client actually reads,
 // not a connection reset, by Go's client, curl and Node's fetch alike.
-func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil) // 64 KiB limit
+func TestTooLargeIsAnAnswerNotAReset(t *testing.T) { overBoth(t, testTooLargeIsAnAnswerNotAReset) }
+
+func testTooLargeIsAnAnswerNotAReset(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 1}, nil) // 64 KiB limit
 	big := `{"model":"hearth-tiny","messages":[{"role":"user","content":"` + strings.Repeat("a", 2<<20) + `"}]}`
 	file := filepath.Join(t.TempDir(), "body.json")
 	if err := os.WriteFile(file, []byte(big), 0o600); err != nil {
@@ -205,7 +236,7 @@ func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
 		"go": func() (string, error) {
 			req, _ := http.NewRequest("POST", url, strings.NewReader(big))
 			req.Header.Set("Authorization", "Bearer "+ta.secret)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ta.client.Do(req)
 			if err != nil {
 				return "", err
 			}
@@ -213,13 +244,21 @@ func TestTooLargeIsAnAnswerNotAReset(t *testing.T) {
 			return strconv.Itoa(resp.StatusCode), nil
 		},
 		"curl": func() (string, error) {
-			out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:",
-				"-H", "Authorization: Bearer "+ta.secret, "--data-binary", "@"+file, url).CombinedOutput()
+			args := []string{"-sS", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:",
+				"-H", "Authorization: Bearer " + ta.secret, "--data-binary", "@" + file, url}
+			if ta.caFile != "" {
+				args = append(args, "--cacert", ta.caFile)
+			}
+			out, err := exec.Command("curl", args...).CombinedOutput()
 			return string(out), err
 		},
 		"node fetch": func() (string, error) {
 			js := `const fs=require("fs");fetch(process.argv[1],{method:"POST",headers:{Authorization:"Bearer "+process.argv[2]},body:fs.readFileSync(process.argv[3])}).then(r=>{process.stdout.write(String(r.status))},e=>{console.error(e.cause||e);process.exit(1)})`
-			out, err := exec.Command("node", "-e", js, url, ta.secret, file).CombinedOutput()
+			cmd := exec.Command("node", "-e", js, url, ta.secret, file)
+			if ta.caFile != "" {
+				cmd.Env = append(os.Environ(), "NODE_EXTRA_CA_CERTS="+ta.caFile)
+			}
+			out, err := cmd.CombinedOutput()
 			return string(out), err
 		},
 	}

@@ -16,6 +16,18 @@ import (
 // certainly too long. (The runtime offers no tokenizer to count exactly.)
 const bytesPerToken = 8
 
+// estBytesPerToken is the bytes of text a token stands for in the
+// estimates that are charged or reserved rather than refused on: the
+// tokens a request reserves of its key's tokens per minute while it runs,
+// and the prompt of a generation the runtime gave no count for (cancelled,
+// timed out, failed). Real tokenizers average 3–5 bytes per token on prose
+// and code; this is the middle (OpenAI's rule of thumb).
+const estBytesPerToken = 4
+
+// estimateTokens is the tokens n bytes of text are estimated at: at
+// least 1 for any text.
+func estimateTokens(n int) int { return (n + estBytesPerToken - 1) / estBytesPerToken }
+
 // bodyBytesPerToken sizes the default body limit from the context length:
 // room for JSON escaping, tool schemas and message structure around text
 // of bytesPerToken per token.
@@ -150,15 +162,81 @@ func promptBytes(r *llm.Request) int {
 	return n
 }
 
+// generationDemand is what a request of slots generations of r takes:
+// each reads r's prompt (estimated) and writes at most its max_tokens, or
+// the model's own limit when it names none (checkLimits set it: run it
+// first).
+func generationDemand(s *served, r *llm.Request, slots int, schemaParam string) demand {
+	return demand{slots: slots, prompt: estimateTokens(promptBytes(r)), output: maxOutput(s.knownLimits(), &r.Options),
+		schemaParam: schemaParam}
+}
+
+// maxOutput is the most tokens a generation with o writes: max_tokens,
+// else the model's num_predict; 0 when neither is known.
+func maxOutput(l llm.Limits, o *llm.Options) int {
+	switch {
+	case o.MaxTokens != nil:
+		return max(0, *o.MaxTokens)
+	case l.NumPredict > 0:
+		return l.NumPredict
+	}
+	return 0
+}
+
+// schemaParam names the parameter whose JSON schema a generation of r
+// samples with: a forced tool call's (generate.go), else the output
+// format's (formatParam), else none. A runtime's refusal of the schema
+// names it.
+func schemaParam(r *llm.Request, formatParam string) string {
+	switch {
+	case r.ForceTool != "":
+		return "tool_choice"
+	case len(r.Format) > 0 && r.Format[0] == '{':
+		return formatParam
+	}
+	return ""
+}
+
+// checkForced refuses a forced tool call whose JSON schema the runtime
+// cannot sample with (openai.CheckSchema): a forced tool's parameters (400
+// naming them), or, for tool_choice "required", the schema of one
+// alternative per tool that the generation samples with (generate.go; 400
+// naming tool_choice: its $refs point into the tool's parameters no
+// more, and together the tools may be too much).
+func checkForced(r *llm.Request, params *limitParams) *openai.Error {
+	if r.ForceTool == "" {
+		return nil
+	}
+	for i, t := range r.Tools {
+		if r.ForceTool == llm.ToolAny || t.Name == r.ForceTool {
+			if e := openai.CheckSchema(toolParams(t), fmt.Sprintf(params.toolParameters, i)); e != nil {
+				return e
+			}
+		}
+	}
+	fr, _, err := forceTool(r)
+	if err != nil {
+		return nil // refused when the generation starts
+	}
+	if e := openai.CheckSchema(fr.Format, "tool_choice"); e != nil {
+		e.Message = "The forced tool call samples with one schema that holds each tool's parameters; " + e.Message
+		return e
+	}
+	return nil
+}
+
 // limitParams name the request parameters checkLimits refuses, which
 // differ between the routes.
 type limitParams struct {
 	maxTokens, messages, reasoning string
+	toolParameters                 string // a format of the tool's index
 }
 
 var (
-	chatLimitParams      = limitParams{maxTokens: "max_tokens", messages: "messages", reasoning: "reasoning_effort"}
-	responsesLimitParams = limitParams{maxTokens: "max_output_tokens", messages: "input", reasoning: "reasoning.effort"}
+	chatLimitParams = limitParams{maxTokens: "max_tokens", messages: "messages", reasoning: "reasoning_effort",
+		toolParameters: "tools[%d].function.parameters"}
+	responsesLimitParams = limitParams{maxTokens: "max_output_tokens", messages: "input", reasoning: "reasoning.effort",
+		toolParameters: "tools[%d].parameters"}
 )
 
 // checkLimits refuses a request the model cannot take, before the runtime
@@ -184,6 +262,9 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request, params
 		}
 	}
 	if e := a.checkThink(l, &r.Options, params); e != nil {
+		return e
+	}
+	if e := checkForced(r, params); e != nil {
 		return e
 	}
 	// A forced call is generated as constrained JSON, not through the

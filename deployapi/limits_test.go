@@ -237,7 +237,7 @@ func (ta *testAPI) getJSON(t *testing.T, path string, v any) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", ta.url+path, nil)
 	req.Header.Set("Authorization", "Bearer "+ta.secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

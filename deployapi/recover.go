@@ -70,8 +70,6 @@ func (a *API) recoverHandler(ctx *fasthttp.RequestCtx, route *string) {
 		return
 	}
 	a.logPanic(recovered(v))
-	ctx.Hijack(nil) // a stream that had not begun never will
-	ctx.HijackSetNoResponse(false)
 	ctx.Response.Reset() // closes a body stream set already: its completion ends
 	a.writeError(ctx, openai.InternalError())
 	ctx.SetConnectionClose()

@@ -17,16 +17,16 @@ import (
 func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	var req *openai.ResponsesRequest
-	sl, ok := a.admit(ctx, func(s *served) (int, *openai.Error) {
+	sl, ok := a.admit(ctx, func(s *served) (demand, *openai.Error) {
 		r, e := openai.DecodeResponsesRequest(ctx.PostBody(), s.model)
 		if e == nil {
 			e = a.checkLimits(s.ctx, s, &r.Runtime, &responsesLimitParams)
 		}
 		if e != nil {
-			return 0, e
+			return demand{}, e
 		}
 		req = r
-		return 1, nil
+		return generationDemand(s, &r.Runtime, 1, schemaParam(&r.Runtime, "text.format")), nil
 	})
 	if !ok {
 		return
@@ -52,7 +52,7 @@ func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 func (c *completion) respondResponse(ctx *fasthttp.RequestCtx, enc *openai.ResponseEncoder) {
 	err := c.collect(func(i int, ev *llm.Event) { responseSink{enc}.event(nil, c, i, ev) })
 	if err != nil {
-		c.api.writeRuntimeError(ctx, err)
+		c.api.failed(ctx, c.sl, err)
 		return
 	}
 	enc.Finish(nil, incompleteReason(c.choices[0].finish), c.usage())

@@ -117,8 +117,10 @@ func TestResponsesNonStream(t *testing.T) {
 	}
 }
 
-func TestResponsesStream(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"Hello", " world"}, PromptTokens: 7}, nil)
+func TestResponsesStream(t *testing.T) { overBoth(t, testResponsesStream) }
+
+func testResponsesStream(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"Hello", " world"}, PromptTokens: 7}, nil)
 	resp := ta.postResponses(t, respBody(`,"stream":true`))
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -286,7 +288,7 @@ func TestResponsesRefusedNeverReachRuntime(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", ta.url+"/responses", nil)
 	req.Header.Set("Authorization", "Bearer "+ta.secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +299,7 @@ func TestResponsesRefusedNeverReachRuntime(t *testing.T) {
 	// A bad key is refused before anything else.
 	req, _ = http.NewRequest("POST", ta.url+"/responses", strings.NewReader(respBody("")))
 	req.Header.Set("Authorization", "Bearer nope")
-	if resp, err = http.DefaultClient.Do(req); err != nil {
+	if resp, err = ta.client.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
@@ -332,8 +334,10 @@ func TestResponsesMetricsRoute(t *testing.T) {
 }
 
 // A client that leaves mid-stream cancels the generation at once.
-func TestResponsesDisconnectCancels(t *testing.T) {
-	ta := startAPI(t, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
+func TestResponsesDisconnectCancels(t *testing.T) { overBoth(t, testResponsesDisconnectCancels) }
+
+func testResponsesDisconnectCancels(t *testing.T, overTLS bool) {
+	ta := startAPIOver(t, overTLS, fake.Config{Tokens: []string{"x"}, TokenCount: 2, TokenDelay: slowToken}, nil)
 	conn := ta.streamUntil(t, "/responses", respBody(`,"stream":true`), `"delta":"x"`)
 	leave(t, conn, ta.rt.LastStream())
 }

@@ -62,7 +62,7 @@ func (ta *testAPI) modelsID(t *testing.T) string {
 	t.Helper()
 	req, _ := http.NewRequest("GET", ta.url+"/models", nil)
 	req.Header.Set("Authorization", "Bearer "+ta.secret)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ta.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestSwitchDrainsThenServesTheNewModel(t *testing.T) {
 		req, _ := http.NewRequest("POST", ta.url+"/chat/completions",
 			strings.NewReader(`{"model":"model-b","messages":[{"role":"user","content":"hi"}]}`))
 		req.Header.Set("Authorization", "Bearer "+ta.secret)
-		r, err := http.DefaultClient.Do(req)
+		r, err := ta.client.Do(req)
 		if err != nil {
 			waited <- answer{0, err.Error()}
 			return

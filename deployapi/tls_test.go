@@ -111,7 +111,7 @@ func startTLSAPI(t *testing.T, fc fake.Config, gateAfter int) *tlsAPI {
 		t.Fatal(err)
 	}
 	srv := api.Server(30*time.Second, 30*time.Second)
-	go func() { _ = srv.Serve(tls.NewListener(ln, TLSConfig(r))) }()
+	go func() { _ = srv.Serve(Listener(tls.NewListener(ln, TLSConfig(r)))) }()
 	t.Cleanup(func() {
 		api.Close()
 		_ = srv.Shutdown()
@@ -321,7 +321,7 @@ func TestTLSServesAndRenews(t *testing.T) {
 }
 
 // The deployment API offers HTTP/1.1 only over ALPN: fasthttp speaks
-// nothing else.
+// nothing else; and TLS 1.2 only with AEAD cipher suites.
 func TestTLSConfigOffersHTTP11(t *testing.T) {
 	ta := startTLSAPI(t, fake.Config{}, -1)
 	host := strings.TrimSuffix(strings.TrimPrefix(ta.url, "https://"), "/api/v1")
@@ -336,6 +336,7 @@ func TestTLSConfigOffersHTTP11(t *testing.T) {
 	if v := TLSConfig(ta.reloader).MinVersion; v != tls.VersionTLS12 {
 		t.Fatalf("min version %x", v)
 	}
+	certtest.RequireAEADOnly(t, host, ta.ca.Pool)
 }
 
 // A client that leaves an HTTPS request before the first token cancels the

@@ -28,10 +28,12 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 		stall       = 2 * time.Second
 		maxBody     = 64 << 10
 		slots       = 4
+		perSource   = 500
 	)
 	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "abuse-model", "--ollama-url", mock.URL, "--metrics-listen", "",
 		"--read-timeout", readTimeout.String(), "--idle-timeout", "5m", "--write-stall-timeout", stall.String(),
-		"--max-concurrent", fmt.Sprint(slots), "--max-queue", "64", "--max-body-bytes", fmt.Sprint(maxBody)}})
+		"--max-concurrent", fmt.Sprint(slots), "--max-queue", "64", "--max-body-bytes", fmt.Sprint(maxBody),
+		"--max-conns-per-source", fmt.Sprint(perSource)}})
 	addr := strings.TrimPrefix(h.root, "http://")
 	chatBody := `{"model":"abuse-model","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`
 
@@ -247,8 +249,10 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 
 	t.Run("idle connections", func(t *testing.T) {
 		// Many keep-alive connections, each idle after one request: all
-		// held, none starving the well-behaved client.
-		// Each side of a connection is one descriptor in its own process.
+		// held, none starving the well-behaved client. They come from
+		// many addresses (127.0.0.2 on, all loopback), each within the
+		// per-source cap. Each side of a connection is one descriptor in
+		// its own process.
 		n := min(10000, int(limit)-2000)
 		if n < 10000 {
 			t.Logf("open-files limit %d: %d idle connections", limit, n)
@@ -266,7 +270,7 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 					if i >= n {
 						return
 					}
-					c, err := net.Dial("tcp", addr)
+					c, err := dialFrom(fmt.Sprintf("127.0.0.%d", 2+i/perSource), addr)
 					if err != nil {
 						dialErr.Store(err.Error())
 						return
@@ -300,6 +304,32 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 		}
 	})
 
+	t.Run("one source beyond its cap", func(t *testing.T) {
+		// One address holds at most its cap; the connections past it are
+		// closed before anything is read, and nobody else notices.
+		const src = "127.0.0.250"
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		refused := 0
+		for range perSource + 20 {
+			c, err := dialFrom(src, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+			if healthz(c) != nil {
+				refused++
+			}
+		}
+		if refused != 20 {
+			t.Fatalf("%d of %d connections from one address refused, want the 20 past its cap of %d", refused, perSource+20, perSource)
+		}
+	})
+
 	close(stopBaseline)
 	<-baselineDone
 	total := ok.Load() + failed.Load()
@@ -310,6 +340,12 @@ func TestDeploymentAPIUnderAbuse(t *testing.T) {
 }
 
 // healthz sends GET /healthz on a keep-alive connection and reads the answer.
+// dialFrom connects to addr from the local address src.
+func dialFrom(src, addr string) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+	return d.Dial("tcp", addr)
+}
+
 func healthz(c net.Conn) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	defer c.SetDeadline(time.Time{})

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"unsafe"
 )
 
 // Runtime is the one interface the daemon streams from.
@@ -120,50 +119,6 @@ type Buffered interface {
 	Buffered() bool
 }
 
-// Waiter is implemented by streams that can wait for the runtime's next
-// bytes in a short call. The API calls Wait before a Recv that would wait:
-// a stream spends nearly all its life between tokens, and the Go runtime
-// shrinks a waiting goroutine's stack only if it uses less than a quarter
-// of it, so a short stack there halves the memory of thousands of streams.
-// Wait returns at once if an event or an error is ready; it reports
-// nothing, the next Recv does.
-type Waiter interface {
-	Wait()
-}
-
-// Pollable is implemented by streams an event loop can relay: the loop is
-// told when the runtime may have sent more, and takes it without waiting,
-// so no goroutine waits on the stream between tokens.
-type Pollable interface {
-	// Poll hands the stream's waiting to its event loop: from now on ready
-	// is called on the loop's goroutine whenever the runtime may have sent
-	// more, or the stream was closed. It reports false, changing nothing,
-	// if this stream cannot be polled. After Poll, Recv and Buffered may
-	// only be called on the loop's goroutine, and Recv only after Ready
-	// reported PollReady.
-	//
-	// hot are the cache lines ready reads at every call, which the loop
-	// loads together before it calls ready (evloop.Loop.SetHot).
-	Poll(ready func(), hot ...unsafe.Pointer) bool
-	// Ready takes what the runtime has sent, without waiting, and reports
-	// whether Recv now returns without waiting (PollReady), the stream must
-	// wait for ready's next call (PollWait), or it can only go on by
-	// waiting in Recv (PollBlock: Unpoll, then Recv in a goroutine).
-	Ready() PollState
-	// Unpoll returns the stream to waiting in Recv. Call it on the loop's
-	// goroutine.
-	Unpoll()
-}
-
-// PollState is what Pollable.Ready reports.
-type PollState int
-
-const (
-	PollWait PollState = iota
-	PollReady
-	PollBlock
-)
-
 // Message is one chat message in runtime terms.
 type Message struct {
 	Role      string // system, user, assistant or tool
@@ -235,9 +190,6 @@ type Request struct {
 	// OneToolCall asks for at most one tool call (parallel_tool_calls
 	// false).
 	OneToolCall bool
-	// Polled asks for a stream the caller can relay from an event loop
-	// (Pollable). A runtime that cannot give one ignores it.
-	Polled bool
 }
 
 // ToolAny is Request.ForceTool for "call one of the tools, any of them".
@@ -309,6 +261,10 @@ var ErrTimeout = errors.New("model runtime timed out")
 type InvalidRequestError struct {
 	Msg   string
 	Param string
+	// Schema: the runtime could not take the JSON schema it was to sample
+	// with (Request.Format); the API names the parameter that carried it
+	// when Param is "".
+	Schema bool
 }
 
 func (e *InvalidRequestError) Error() string { return e.Msg }

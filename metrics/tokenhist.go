@@ -13,10 +13,9 @@ import (
 // tokenHistogram is a histogram observed once per relayed token
 // (hearth_inter_token_latency_seconds). client_golang's histogram (1.15, and
 // 1.25 alike) keeps its native buckets in a sync.Map: an observation is a
-// Load with interface hashing and half a dozen atomics, ~3 % of hearthd's CPU
-// samples at one stream on the real runtime (BENCHMARKS.md). This one counts
-// in slices under a mutex, which the event loop, the one goroutine that
-// observes nearly every token, takes uncontended.
+// Load with interface hashing and half a dozen atomics, which showed in
+// hearthd's CPU profile at one stream. This one counts in slices under a
+// mutex, held for a few increments.
 //
 // It writes what client_golang's histogram with the same options writes:
 // the classic buckets, and native ones at schema 3 (factor 1.1) with the

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/internal/config"
+	"github.com/hearthd/hearth/internal/noredirect"
 )
 
 // Error is a non-2xx answer from the control plane.
@@ -40,6 +41,13 @@ func RetryAfter(err error) time.Duration {
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("control plane answered %d %s: %s (request %s)", e.Status, e.Code, e.Message, e.RequestID)
+}
+
+// IsRateLimited reports whether err is the control plane asking the node
+// to slow down (429): it is there, and RetryAfter says for how long.
+func IsRateLimited(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusTooManyRequests
 }
 
 // IsUnauthorized reports whether err is the control plane rejecting the
@@ -70,13 +78,15 @@ type Client struct {
 // host, e.g. "http://127.0.0.1:8400"), or at any of a comma-separated list
 // of such URLs, one per replica. A nil httpClient uses a client of its own
 // with no overall timeout, since long-polls are bounded by their own wait.
+// The client follows no redirect, whatever httpClient's CheckRedirect: the
+// enrollment token or the credential would go with it.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
 		// Its own transport, so that CloseIdleConnections closes only its
 		// connections.
 		httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	c := &Client{http: httpClient}
+	c := &Client{http: noredirect.Client(httpClient)}
 	for _, u := range SplitURLs(baseURL) {
 		c.bases = append(c.bases, strings.TrimRight(u, "/"))
 	}

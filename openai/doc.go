@@ -51,7 +51,9 @@
 //	stop                       Options.Stop; string or array of ≤ 4 strings; empty
 //	                           strings are dropped (they would stop at once)
 //	response_format            {"type":"text"} → nothing; json_object → Format "json";
-//	                           json_schema → Format = json_schema.schema (required object);
+//	                           json_schema → Format = json_schema.schema (required object
+//	                           the runtime can take, CheckSchema: else 400
+//	                           invalid_json_schema naming response_format);
 //	                           json_schema.strict either way (decoding is constrained)
 //	tools                      Tools; ≤ 128, type "function" only, unique names matching
 //	                           ^[a-zA-Z0-9_-]{1,64}$, parameters an object (absent → empty
@@ -111,7 +113,8 @@
 //	                           for assistant; input_image, input_file, input_audio → 400),
 //	                           function_call (call_id, name, arguments → ToolCalls of an
 //	                           assistant message), function_call_output (call_id, output →
-//	                           a tool message), reasoning (accepted, dropped); item_reference
+//	                           a tool message; a call_id of no function_call before it → 400
+//	                           naming input, as OpenAI), reasoning (accepted, dropped); item_reference
 //	                           and built-in tools' items → 400
 //	instructions               a system message before the input
 //	temperature                Options.Temperature, 0..2
@@ -120,7 +123,8 @@
 //	                           status incomplete, incomplete_details.reason max_output_tokens
 //	text                       .format {"type":"text"} → nothing; json_object → Format "json";
 //	                           json_schema (name, schema required; description, strict) →
-//	                           Format = schema; .verbosity "medium" only
+//	                           Format = schema (CheckSchema, naming text.format);
+//	                           .verbosity "medium" only
 //	reasoning                  .effort as chat's reasoning_effort → Options.Think; thinking
 //	                           comes back as a reasoning item; .summary → 400
 //	tools                      Tools; ≤ 128 {"type":"function",name,description,parameters,strict};

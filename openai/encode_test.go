@@ -12,9 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
-	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/internal/ids"
 	"github.com/hearthd/hearth/llm"
 )
@@ -493,27 +491,5 @@ func TestAppendCompletionChoices(t *testing.T) {
 	one := AppendCompletionChoices(nil, "i", 1, "m", "", choices[:1], Usage{Prompt: 1})
 	if want := AppendCompletion(nil, "i", 1, "m", "", choices[0].Reply, "stop", Usage{Prompt: 1}); !bytes.Equal(one, want) {
 		t.Errorf("got  %s\nwant %s", one, want)
-	}
-}
-
-// CacheLines names the encoder and every line of the prefix and suffix a
-// content chunk copies.
-func TestChunkEncoderCacheLines(t *testing.T) {
-	e := NewChunkEncoder("chatcmpl-1", 1, "hearth-tiny", "fp_1", true)
-	lines := map[uintptr]bool{}
-	got := e.CacheLines(nil)
-	for _, p := range got {
-		lines[uintptr(p)/cacheline.Size] = true
-	}
-	if got[0] != unsafe.Pointer(e) {
-		t.Errorf("first line %p, want the encoder %p", got[0], e)
-	}
-	for _, s := range []string{e.choice, e.end} {
-		base := uintptr(unsafe.Pointer(unsafe.StringData(s)))
-		for i := range len(s) {
-			if !lines[(base+uintptr(i))/cacheline.Size] {
-				t.Fatalf("byte %d of %q: its line is not named", i, s)
-			}
-		}
 	}
 }

@@ -54,7 +54,10 @@ var jsonSchemaFields = newFields("response_format.json_schema",
 	// The schema is always enforced by constrained decoding, so either
 	// value of strict is honoured.
 	optional("strict", acceptedBool[llm.Request]),
-	required("schema", set(rawObject, func(req *llm.Request) *json.RawMessage { return &req.Format })),
+	required("schema", func(req *llm.Request, raw json.RawMessage, param string) (e *Error) {
+		req.Format, e = schemaObject(raw, param, "response_format")
+		return e
+	}),
 )
 
 // schemaName decodes the name of a JSON schema output format.

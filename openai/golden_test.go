@@ -251,6 +251,8 @@ var goldenObjects = map[string][]string{
 		`{"type":"json_schema","json_schema":{"schema":{},"x":1,"name":"a b"}}`,
 		`{"type":"json_schema","json_schema":{"name":"a b","strict":1}}`,
 		`{"type":"json_schema","json_schema":{"schema": { "a" : [1, 2] } }}`,
+		`{"type":"json_schema","json_schema":{"schema": { "type" : "array", "items" : { "type" : "string" } } }}`,
+		`{"type":"json_schema","json_schema":{"schema":{"type":"string","maxLength":2001}}}`,
 		`{"type":"json_schema","json_schema":{"schema":{}},"x":1}`, `{"x":1,"type":"xml"}`,
 	},
 	"tools": {

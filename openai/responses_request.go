@@ -272,10 +272,16 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		if e := functionCallOutputItemFields.decodeAt(in, obj, param); e != nil {
 			return e
 		}
-		// Clients may trim history, so an unknown call ID is not an error.
+		// An output answers a call made earlier in the input, as OpenAI
+		// requires: a model shown a result of no call of its own is
+		// shown a conversation that never happened.
+		name, ok := in.toolNames[in.cur.callID]
+		if !ok {
+			return invalid("input", "", "No tool call found for function call output with call_id "+clip(in.cur.callID)+".")
+		}
 		in.cur.msg.Role = "tool"
 		if in.cur.msg.ToolName == "" {
-			in.cur.msg.ToolName = in.toolNames[in.cur.callID]
+			in.cur.msg.ToolName = name
 		}
 		in.msgs = append(in.msgs, in.cur.msg)
 	case "reasoning":
@@ -421,7 +427,7 @@ var textFormatSchemaFields = newFields("text.format",
 	// value of strict is honoured.
 	optional("strict", setPtr(asBool, func(d *responsesDecoder) **bool { return &d.format.strict })),
 	required("schema", func(d *responsesDecoder, raw json.RawMessage, param string) (e *Error) {
-		d.format.schema, e = rawObject(raw, param)
+		d.format.schema, e = schemaObject(raw, param, "text.format")
 		d.Runtime.Format = d.format.schema
 		return e
 	}),

@@ -60,8 +60,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				{"type":"function_call","call_id":"call_2","name":"now","arguments":""},
 				{"type":"function_call_output","call_id":"call_1","output":"cold"},
 				{"type":"function_call_output","call_id":"call_2","output":[{"type":"input_text","text":"noon"}]},
-				{"type":"function_call_output","call_id":"gone","output":"?"},
-				{"type":"function_call_output","call_id":"gone","name":"now","output":"!"},
+				{"type":"function_call_output","call_id":"call_1","name":"now","output":"!"},
 				{"type":"function_call","call_id":"call_3","name":"now","arguments":"{}"}
 			]}`,
 			llm.Request{Messages: []llm.Message{
@@ -74,7 +73,6 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				}},
 				{Role: "tool", Content: "cold", ToolName: "get_weather"},
 				{Role: "tool", Content: "noon", ToolName: "now"},
-				{Role: "tool", Content: "?"},
 				{Role: "tool", Content: "!", ToolName: "now"},
 				{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_3", Name: "now", Arguments: json.RawMessage(`{}`)}}},
 			}}},
@@ -161,6 +159,11 @@ func TestDecodeResponsesRequestRefusals(t *testing.T) {
 			"input[0].call_id", "missing_required_parameter"},
 		{`{"model":"` + testModel + `","input":[{"type":"function_call_output","call_id":"c"}]}`,
 			"input[0].output", "missing_required_parameter"},
+		{`{"model":"` + testModel + `","input":[{"type":"function_call_output","call_id":"c","output":"r"}]}`, "input", ""},
+		{`{"model":"` + testModel + `","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
+			`{"type":"function_call_output","call_id":"d","output":"r"}]}`, "input", ""},
+		{`{"model":"` + testModel + `","input":[{"type":"function_call_output","call_id":"c","output":"r"},` +
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}]}`, "input", ""},
 		{`{"model":"` + testModel + `","input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_image"}]}]}`,
 			"input[0].output[0].type", "unsupported_content_type"},
 		{`{"model":"` + testModel + `","input":[{"type":"reasoning","id":"r","foo":1}]}`, "input[0].foo", "unknown_parameter"},

@@ -1,9 +1,6 @@
 package openai
 
 import (
-	"unsafe"
-
-	"github.com/hearthd/hearth/internal/cacheline"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -25,14 +22,6 @@ type ChunkEncoder struct {
 	// end closes the choice, the choices array and the chunk, with
 	// "usage":null in between when the client asked for usage.
 	end string
-}
-
-// CacheLines appends the cache lines a content chunk's encoding reads: the
-// encoder and the prefix and suffix it copies (cacheline).
-func (e *ChunkEncoder) CacheLines(dst []unsafe.Pointer) []unsafe.Pointer {
-	dst = cacheline.Of(dst, e)
-	dst = cacheline.String(dst, e.choice)
-	return cacheline.String(dst, e.end)
 }
 
 // NewChunkEncoder prepares the encoder for completion id. An empty

@@ -63,7 +63,7 @@ wait_for() {
 
 # The control plane, with a management API token made before it starts.
 token=$("$bin/hearth-control" tokens create --project default --name make-run --state-dir "$var/control" 2>/dev/null)
-# Each daemon runs with the environment its systemd unit gives it (GODEBUG).
+# Each daemon runs with the environment its systemd unit gives it.
 mapfile -t control_env < <(sed -n 's/^Environment=//p' systemd/hearth-control.service)
 env "${control_env[@]}" "$bin/hearth-control" serve \
   --listen "127.0.0.1:$control_port" \

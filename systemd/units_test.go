@@ -190,10 +190,12 @@ func TestUnitContracts(t *testing.T) {
 // reads it as systemd does.
 func TestUnitEnvironment(t *testing.T) {
 	for unit, env := range map[string][]string{"hearthd.service": HearthdEnvironment(), "hearth-control.service": ControlEnvironment()} {
-		if !slices.Contains(env, "GODEBUG=schedtrace=2147483647") {
-			t.Fatalf("%s environment %q lacks the scheduler setting", unit, env)
-		}
 		for _, kv := range env {
+			// The daemons run with Go's runtime as it comes: a tuning that
+			// only a benchmark sees is not shipped.
+			if strings.HasPrefix(kv, "GODEBUG=") {
+				t.Errorf("%s sets %s", unit, kv)
+			}
 			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsAny(kv, "\"'\\$%") {
 				t.Errorf("%s: Environment= assignment %q: write it as NAME=value, unquoted", unit, kv)
 			}

@@ -7,12 +7,12 @@
 //	hearth-bench mock [flags]   only the mock runtime
 //	hearth-bench load [flags]   only the load generator, at any OpenAI base URL
 //	hearth-bench fleet [flags]  the control plane under a simulated fleet (make bench-fleet)
-//	hearth-bench floor [flags]  only the relay floor
-//	hearth-bench relay --mode M SRC DST  one Go relay of the relay floor
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -24,7 +24,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -39,9 +38,6 @@ const usage = `usage:
   hearth-bench mock [flags]   serve the mock runtime
   hearth-bench load [flags]   drive load at an OpenAI-compatible base URL
   hearth-bench fleet [flags]  drive a simulated fleet at the control plane (see hearth-bench fleet -h)
-  hearth-bench floor [flags]  only the relay floor (a C relay and Go's, bytes without HTTP)
-  hearth-bench relay --mode evloop|goroutine SRC DST
-                              relay SRC's bytes to DST (host:port) as the relay floor's Go relay, print its CPU
 `
 
 func main() {
@@ -62,10 +58,6 @@ func main() {
 		err = runLoad(ctx, args[1:])
 	case "fleet":
 		err = runFleet(ctx, log, args[1:])
-	case "relay":
-		err = runRelay(args[1:])
-	case "floor":
-		err = runFloorOnly(ctx, log, args[1:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -122,11 +114,28 @@ func runLoad(ctx context.Context, args []string) error {
 	fs.IntVar(&c.Requests, "requests", 0, "stop after this many requests (0: duration only)")
 	fs.DurationVar(&c.Ramp, "ramp", 0, "spread the start of closed-loop streams over this time")
 	fs.BoolVar(&c.Verify, "verify", false, "decode every chunk fully")
+	caFile := fs.String("ca-file", "", "for an https:// target: a PEM file of CAs to trust beside the system's")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if c.Target == "" {
 		return errors.New("--target is required")
+	}
+	if strings.HasPrefix(c.Target, "https://") {
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			return fmt.Errorf("system CAs: %w", err)
+		}
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return fmt.Errorf("--ca-file: %w", err)
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return fmt.Errorf("--ca-file %s: no certificate in it", *caFile)
+			}
+		}
+		c.TLS = &tls.Config{RootCAs: pool}
 	}
 	if _, err := bench.RaiseNoFile(uint64(c.Concurrency) + 1024); err != nil {
 		slog.Warn("open-file limit", "err", err)
@@ -191,7 +200,7 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	profile := fs.String("profile", "", "directory for hearthd's CPU, heap and goroutine profiles per scenario (from its /debug/pprof/)")
 	profileRamp := fs.Bool("profile-ramp", false, "with --profile: start the profiles with the load, the execution trace covering the ramp")
 	withNginx := fs.Bool("nginx", true, "also drive every scenario through a private nginx (Debian's package) in front of the same runtime")
-	floor := fs.Bool("floor", true, "also measure the relay floor: a C relay and hearthd's event loop relaying bytes, no HTTP")
+	transports := fs.String("transports", "tls,http", "comma-separated: tls (clients reach hearthd and nginx over HTTPS, the production path), http (plain)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -230,71 +239,71 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	if env := systemd.HearthdEnvironment(); len(env) > 0 {
 		rep.Notes = append(rep.Notes, "hearthd ran with the environment hearthd.service gives it: `"+strings.Join(env, " ")+"`.")
 	}
+	files, err := bench.NewTLSFiles(work)
+	if err != nil {
+		return err
+	}
 	mockURL, mockPID, stopMock, err := startMockProcess(ctx)
 	if err != nil {
 		return err
 	}
 	defer stopMock()
-	s := &bench.Suite{HearthdBin: *hearthd, MockURL: mockURL, MockPID: mockPID, Model: "bench",
-		WorkDir: work, HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs),
-		ProfileDir: *profile, ProfileRamp: *profileRamp}
-	if err := s.Setup(ctx); err != nil {
-		return err
-	}
 	scs := scenarios(*scale, *only, noFile)
-	if *withNginx {
-		streams := 16
-		for _, sc := range scs {
-			streams = max(streams, sc.Concurrency)
+	var suites []*bench.Suite
+	for _, tr := range strings.Split(*transports, ",") {
+		s := &bench.Suite{HearthdBin: *hearthd, MockURL: mockURL, MockPID: mockPID, Model: "bench",
+			WorkDir: filepath.Join(work, tr), HearthdLog: logw, MaxStreams: 20000, Log: log, HearthdArgs: strings.Fields(*hearthdArgs),
+			ProfileRamp: *profileRamp}
+		if *profile != "" {
+			s.ProfileDir = filepath.Join(*profile, tr)
+			if err := os.MkdirAll(s.ProfileDir, 0o755); err != nil {
+				return fmt.Errorf("profile dir: %w", err)
+			}
 		}
-		u, err := url.Parse(mockURL)
-		if err != nil {
-			return fmt.Errorf("mock url: %w", err)
+		switch tr {
+		case "tls":
+			s.TLS = files
+		case "http":
+		default:
+			return fmt.Errorf("--transports: unknown transport %q (tls, http)", tr)
 		}
-		// As an operator would run it: a worker per core, each able to
-		// hold every stream (two connections each) should one get them
-		// all, within the open-file limit this process may give them.
-		conns := 2*streams + 256
-		if noFile > 2048 {
-			conns = min(conns, int(noFile)-1024)
+		if err := s.Setup(ctx); err != nil {
+			return err
 		}
-		ng, err := nginxtest.New(nginxtest.Config{Upstream: u.Host, WorkerProcesses: runtime.NumCPU(),
-			WorkerConnections: conns, Keepalive: 256})
+		if *withNginx {
+			ng, err := startNginx(mockURL, scs, noFile, s.TLS)
+			if err != nil {
+				return err
+			}
+			defer ng.Close()
+			s.Nginx = ng
+		}
+		suites = append(suites, s)
+	}
+	for _, s := range suites {
+		log.Info("transport", "name", s.Transport())
+		h, err := s.StartHearthd(ctx)
 		if err != nil {
 			return err
 		}
-		defer ng.Close()
-		s.Nginx = ng
-	}
-	h, err := s.StartHearthd(ctx)
-	if err != nil {
-		return err
-	}
-	h, err = runScenarios(ctx, log, s, h, scs, rep, *out)
-	if stopErr := h.Stop(); err == nil {
-		err = stopErr
-	}
-	if err != nil {
-		return err
-	}
-	if *coldRuns > 0 {
-		if err := runColdStart(ctx, log, s, *coldRuns, rep, *out); err != nil {
+		h, err = runScenarios(ctx, log, s, h, scs, rep, *out)
+		if stopErr := h.Stop(); err == nil {
+			err = stopErr
+		}
+		if err != nil {
 			return err
 		}
 	}
-	if *floor {
-		// A floor that cannot run (no C compiler) is noted, as a real
-		// runtime that cannot is: the scenarios' results stand.
-		if err := runFloor(ctx, log, rep, work, *scale, *out); err != nil {
-			rep.Notes = append(rep.Notes, "relay floor failed: "+err.Error())
-			log.Error("relay floor", "err", err)
+	if *coldRuns > 0 && len(suites) > 0 {
+		if err := runColdStart(ctx, log, suites[0], *coldRuns, rep, *out); err != nil {
+			return err
 		}
 	}
 	if *real {
 		runRealRuntime(ctx, log, rep, bench.RealOptions{
 			HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work, Rounds: 4,
 			Duration: time.Duration(*scale * float64(8*time.Second)), Concurrency: 1, MaxTokens: 128,
-			ColdRuns: *coldRuns, Log: logw, Nginx: *withNginx,
+			ColdRuns: *coldRuns, Log: logw, Nginx: *withNginx, TLS: files,
 		})
 	}
 	path, err := rep.Write(*out)
@@ -349,7 +358,7 @@ func runColdStart(ctx context.Context, log *slog.Logger, s *bench.Suite, runs in
 	if err := s.SetMock(ctx, bench.MockConfig{Tokens: 16, TTFT: 20 * time.Millisecond}); err != nil {
 		return err
 	}
-	lc := bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16}
+	lc := bench.LoadConfig{Model: "bench", Key: s.Key(), MaxTokens: 16, ExpectTokens: 16, TLS: s.ClientTLS()}
 	direct := lc
 	direct.Target, direct.Key = s.MockURL+"/v1", ""
 	cs, err := bench.ColdStart(ctx, runs, 20, s.StartHearthd, lc, direct)
@@ -361,73 +370,30 @@ func runColdStart(ctx context.Context, log *slog.Logger, s *bench.Suite, runs in
 	return err
 }
 
-// runFloor measures the relay floor into rep: the C relay, and the Go
-// relays run by this binary with hearthd's processor count and the
-// environment its unit gives it.
-func runFloor(ctx context.Context, log *slog.Logger, rep *bench.Report, work string, scale float64, out string) error {
-	log.Info("relay floor")
-	c, err := bench.BuildCRelay(ctx, work)
+// startNginx starts a private nginx in front of the mock, serving files'
+// certificate when set. One worker, as hearthd runs its own code on one
+// processor of this machine's two (max_procs 0): each proxy has one core
+// for its own work, the other for the load and the runtime.
+func startNginx(mockURL string, scs []bench.Scenario, noFile uint64, files *bench.TLSFiles) (*nginxtest.Proxy, error) {
+	streams := 16
+	for _, sc := range scs {
+		streams = max(streams, sc.Concurrency)
+	}
+	u, err := url.Parse(mockURL)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("mock url: %w", err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("own path: %w", err)
+	// Every stream takes two connections, within the open-file limit
+	// this process may give the worker.
+	conns := 2*streams + 256
+	if noFile > 2048 {
+		conns = min(conns, int(noFile)-1024)
 	}
-	env := append([]string{"GOMAXPROCS=1"}, systemd.HearthdEnvironment()...)
-	goRelay := func(mode string) bench.FloorRelay {
-		return bench.FloorRelay{Name: mode, Cmd: []string{self, "relay", "--mode", mode}, Env: env}
+	cfg := nginxtest.Config{Upstream: u.Host, WorkerProcesses: 1, WorkerConnections: conns, Keepalive: 256}
+	if files != nil {
+		cfg.TLSCert, cfg.TLSKey = files.CertFile, files.KeyFile
 	}
-	fr, err := bench.RunFloor(ctx, bench.FloorOptions{
-		Relays: []bench.FloorRelay{bench.CRelay(c), goRelay(bench.RelayEvloop), goRelay(bench.RelayGoroutine)},
-		Chunks: max(100, int(3000*scale)), Gap: time.Millisecond, Rounds: 3,
-	})
-	if err != nil {
-		return err
-	}
-	rep.Floor = fr
-	if out == "" {
-		return nil
-	}
-	_, err = rep.Write(out)
-	return err
-}
-
-// runFloorOnly is the relay floor alone, printed as Markdown.
-func runFloorOnly(ctx context.Context, log *slog.Logger, args []string) error {
-	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
-	scale := fs.Float64("scale", 1, "multiply the chunks per run (3 000 at 1)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	work, err := os.MkdirTemp("", "hearth-bench-floor-")
-	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
-	}
-	defer os.RemoveAll(work)
-	var rep bench.Report
-	if err := runFloor(ctx, log, &rep, work, *scale, ""); err != nil {
-		return err
-	}
-	fmt.Print(rep.Floor.Markdown())
-	return nil
-}
-
-// runRelay is one Go relay of the floor: its RelayStat goes to stdout.
-func runRelay(args []string) error {
-	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	mode := fs.String("mode", bench.RelayEvloop, "evloop (hearthd's event loop) or goroutine (Go's netpoller)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() != 2 {
-		return errors.New("relay: want SRC and DST addresses (host:port)")
-	}
-	st, err := bench.RunGoRelay(*mode, fs.Arg(0), fs.Arg(1))
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(os.Stdout).Encode(st)
+	return nginxtest.New(cfg)
 }
 
 // runRealRuntime compares hearthd with a real Ollama into rep; a failure is

@@ -87,7 +87,7 @@ func loader(s *settings) *config.Loader {
 	fs.DurationVar(&s.UsageDayRetention, "usage-day-retention", s.UsageDayRetention, "How long usage is kept by the day; older days are deleted. At least usage_hour_retention.")
 	fs.Float64Var(&s.RateLimit, "rate-limit", s.RateLimit, "Management API requests per second per API token (token bucket refill); beyond it clients get 429. Positive.")
 	fs.IntVar(&s.RateBurst, "rate-burst", s.RateBurst, "Token bucket size per API token: requests that may come at once. At least 1.")
-	fs.Float64Var(&s.NodeRateLimit, "node-rate-limit", s.NodeRateLimit, "Node protocol requests (long-polls and reports) per second per node; beyond it the node gets 429 and backs off. Positive.")
+	fs.Float64Var(&s.NodeRateLimit, "node-rate-limit", s.NodeRateLimit, "Node protocol requests (long-polls and reports) per second per node; beyond it the node gets 429 and backs off. Those a change of the node's desired state causes are not counted. Positive.")
 	fs.IntVar(&s.NodeRateBurst, "node-rate-burst", s.NodeRateBurst, "Token bucket size per node. At least 1.")
 	fs.DurationVar(&s.ReadTimeout, "read-timeout", s.ReadTimeout, "Time a client has to send a whole request, headers and body; a slower one is cut off.")
 	fs.DurationVar(&s.WriteTimeout, "write-timeout", s.WriteTimeout, "Time to write an answer; a node's long-poll gets its wait on top.")
@@ -95,7 +95,7 @@ func loader(s *settings) *config.Loader {
 	fs.IntVar(&s.MaxConns, "max-conns", s.MaxConns, "Connections open at once in all; beyond it new ones wait to be accepted. 0: no cap.")
 	fs.IntVar(&s.MaxConnsPerSource, "max-conns-per-source", s.MaxConnsPerSource, "Connections open at once from one IP address; more are closed at once. 0: no cap. Nodes behind one NAT count together.")
 	fs.StringVar(&s.MetricsListen, "metrics-listen", s.MetricsListen, "Address of the Prometheus /metrics listener. Empty: no metrics.")
-	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate chain (leaf first): the management API and node protocol are served over HTTPS (TLS 1.2+, HTTP/2 and HTTP/1.1). Set together with tls_key. "+
+	fs.StringVar(&s.TLSCert, "tls-cert", s.TLSCert, "PEM certificate chain (leaf first): the management API and node protocol are served over HTTPS (TLS 1.2+, AEAD cipher suites only; HTTP/2 and HTTP/1.1). Set together with tls_key. "+
 		"The files are checked every few seconds and a renewed certificate is served to new connections without a restart; a broken renewal is logged and the previous certificate kept. Nodes verify it with control_ca_file or control_cert_sha256.")
 	fs.StringVar(&s.TLSKey, "tls-key", s.TLSKey, "PEM private key for tls_cert.")
 	fs.BoolVar(&s.AllowPlainHTTP, "allow-plain-http", s.AllowPlainHTTP, "Allow plain HTTP on a non-loopback address, e.g. behind a TLS-terminating proxy. Off: API tokens and node credentials never cross the network in the clear.")

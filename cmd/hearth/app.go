@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,9 +40,6 @@ func run(ctx context.Context, args []string, s stdio) int {
 	a := &app{stdio: s, ctx: ctx, now: time.Now}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(s.in)
-	root.SetOut(s.out)
-	root.SetErr(s.err)
 	err := root.ExecuteContext(ctx)
 	code := exitCode(err)
 	if err != nil {
@@ -65,6 +63,10 @@ unavailable, 7 the server failed (--wait), 8 --wait-timeout passed.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	// Before the completion command is added: it takes its output then.
+	root.SetIn(a.in)
+	root.SetOut(a.out)
+	root.SetErr(a.err)
 	pf := root.PersistentFlags()
 	pf.StringVarP(&a.output, "output", "o", "", "output format: table or json (default: table on a terminal, else json)")
 	pf.StringVar(&a.contextName, "context", "", "use this context of the configuration file (default: HEARTH_CONTEXT, HEARTH_URL/HEARTH_TOKEN, or the current context)")
@@ -82,7 +84,51 @@ unavailable, 7 the server failed (--wait), 8 --wait-timeout passed.`,
 	})
 	root.AddCommand(a.serverCommand(), a.sshKeyCommand(), a.firewallRuleCommand(), a.apiKeyCommand(), a.usageCommand(),
 		a.actionCommand(), a.auditLogCommand(), a.contextCommand())
+	// Added now rather than when the command line runs, so that
+	// refuseUnknown covers them.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	refuseUnknown(root)
 	return root
+}
+
+// refuseUnknown makes every command below root refuse what it does not
+// know, a usage error (exit 2): cobra checks the root's subcommands only,
+// and shows the help of a group (hearth server) and exits 0 whatever
+// follows it, and so does its help command for an unknown topic.
+func refuseUnknown(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		refuseUnknown(c)
+		switch {
+		case c.Name() == "help" && c.Run != nil:
+			help := c.Run
+			c.Run = nil
+			c.RunE = func(c *cobra.Command, args []string) error {
+				if target, rest, err := c.Root().Find(args); err != nil || target == nil || len(rest) > 0 {
+					return usagef(fmt.Sprintf("unknown help topic %q\nRun '%s --help' for usage.", strings.Join(args, " "), c.Root().Name()))
+				}
+				help(c, args)
+				return nil
+			}
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = unknownSubcommand
+			c.SuggestionsMinimumDistance = 2 // cobra's default for the root
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+	}
+}
+
+// unknownSubcommand refuses any argument to a group of commands, naming
+// the nearest subcommands.
+func unknownSubcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+	if near := c.SuggestionsFor(args[0]); len(near) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(near, "\n\t")
+	}
+	return usagef(msg + "\nRun '" + c.CommandPath() + " --help' for usage.")
 }
 
 func must(err error) {

@@ -73,14 +73,32 @@ func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error
 	return r.cur.Load(), nil
 }
 
-// TLSConfig is a server TLS configuration (TLS 1.2 or later) serving the
-// current certificate, offering nextProtos over ALPN: only what the server
-// behind it speaks (fasthttp: "http/1.1"; net/http: "h2", "http/1.1").
+// TLSConfig is a server TLS configuration (TLS 1.2 or later, AEAD cipher
+// suites only) serving the current certificate, offering nextProtos over
+// ALPN: only what the server behind it speaks (fasthttp: "http/1.1";
+// net/http: "h2", "http/1.1"). Both daemons serve it.
 func (r *Reloader) TLSConfig(nextProtos ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   AEADSuites(),
 		GetCertificate: r.GetCertificate,
 		NextProtos:     nextProtos,
+	}
+}
+
+// AEADSuites returns the TLS 1.2 cipher suites served: forward-secret key
+// exchange and authenticated encryption. Go's defaults also offer the CBC
+// suites (SHA-1 MACs, padding-oracle history); TLS 1.3's suites are all
+// AEAD and not configurable. The list includes what HTTP/2 requires (RFC
+// 7540 §9.2.2: ECDHE with AES-128-GCM).
+func AEADSuites() []uint16 {
+	return []uint16{
+		tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+		tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 	}
 }
 

@@ -49,6 +49,7 @@ func TestTLSConfig(t *testing.T) {
 			}()
 		}
 	}()
+	certtest.RequireAEADOnly(t, ln.Addr().String(), ca.Pool)
 	// TLS 1.1 is refused; 1.2 and 1.3 are served, with HTTP/1.1 over ALPN.
 	old := &tls.Config{RootCAs: ca.Pool, MaxVersion: tls.VersionTLS11, MinVersion: tls.VersionTLS10}
 	if conn, err := tls.Dial("tcp", ln.Addr().String(), old); err == nil {

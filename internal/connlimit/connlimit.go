@@ -7,9 +7,11 @@
 package connlimit
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 )
 
 // Listener is a net.Listener that keeps at most Total connections open
@@ -121,4 +123,18 @@ func (c *conn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.done(c.src) })
 	return err
+}
+
+// NetConn is the connection accepted, as tls.Conn's, for code that looks
+// beneath the wrappers (a socket's descriptor, its close watched).
+func (c *conn) NetConn() net.Conn { return c.Conn }
+
+// SyscallConn is the accepted connection's, so the wrapper hides no
+// socket from code that reads or watches it directly.
+func (c *conn) SyscallConn() (syscall.RawConn, error) {
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("connection %T has no descriptor", c.Conn)
+	}
+	return sc.SyscallConn()
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -91,4 +92,43 @@ func TestTotalWaits(t *testing.T) {
 	c1.Close()
 	c2.Close()
 	l.Close()
+}
+
+// TestConnHidesNoSocket: a connection accepted through the limits still
+// gives its socket's descriptor and the connection beneath, for code that
+// reads or watches the socket directly.
+func TestConnHidesNoSocket(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(inner, 0, 1)
+	defer l.Close()
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sc, ok := s.(syscall.Conn)
+	if !ok {
+		t.Fatalf("%T hides the socket", s)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := -1
+	if err := rc.Control(func(s uintptr) { fd = int(s) }); err != nil || fd < 0 {
+		t.Fatalf("descriptor %d, %v", fd, err)
+	}
+	if u, ok := s.(interface{ NetConn() net.Conn }); !ok {
+		t.Fatalf("%T does not give the connection beneath", s)
+	} else if _, tcp := u.NetConn().(*net.TCPConn); !tcp {
+		t.Fatalf("%T does not give the connection beneath", s)
+	}
 }

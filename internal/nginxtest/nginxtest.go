@@ -56,6 +56,9 @@ type Config struct {
 	// Bin is the nginx binary; defaults to nginx on PATH, then
 	// /usr/sbin/nginx.
 	Bin string
+	// TLSCert and TLSKey, if set, are PEM files: nginx then serves HTTPS
+	// (HTTP/1.1, TLS 1.2 and 1.3) and URL is https://.
+	TLSCert, TLSKey string
 }
 
 func (c *Config) defaults() error {
@@ -157,7 +160,12 @@ http {
 	}
 
 	server {
-		listen {{.Listen}} backlog=8192;
+		listen {{.Listen}} backlog=8192{{if .TLSCert}} ssl{{end}};
+{{- if .TLSCert}}
+		ssl_certificate {{.TLSCert}};
+		ssl_certificate_key {{.TLSKey}};
+		ssl_protocols TLSv1.2 TLSv1.3;
+{{- end}}
 
 		location / {
 			proxy_pass http://backend;
@@ -175,7 +183,7 @@ http {
 
 // Proxy is a running nginx.
 type Proxy struct {
-	URL    string // http://127.0.0.1:port
+	URL    string // http://127.0.0.1:port (https:// with TLS)
 	Addr   string // 127.0.0.1:port
 	Dir    string // its prefix: nginx.conf, nginx.pid, tmp/
 	Config string // the nginx.conf it runs with
@@ -243,6 +251,9 @@ func (p *Proxy) launch(cfg Config) error {
 	}
 	p.Addr = addr
 	p.URL = "http://" + p.Addr
+	if cfg.TLSCert != "" {
+		p.URL = "https://" + p.Addr
+	}
 	var conf bytes.Buffer
 	if err := confTemplate.Execute(&conf, struct {
 		Config

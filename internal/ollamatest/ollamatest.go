@@ -298,6 +298,20 @@ func (i *Instance) Close() {
 	})
 }
 
+// Restart stops the server (SIGTERM to its group) and starts a new one on
+// the same address and models directory, as an operator's restart of
+// Ollama would: clients' connections to the old one are closed.
+func (i *Instance) Restart() error {
+	i.stop()
+	i.cmd = nil
+	if err := i.launch(i.Addr); err != nil {
+		i.stop()
+		i.cmd = nil
+		return fmt.Errorf("ollamatest: restart on %s: %w", i.Addr, err)
+	}
+	return nil
+}
+
 // restart replaces a server that stopped answering with a new one on the
 // same address and models directory (on another address if that one is
 // taken meanwhile). The server and its runners get SIGQUIT first, on which

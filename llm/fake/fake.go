@@ -86,6 +86,14 @@ type Config struct {
 	// when it is set, or for its context to end.
 	EmbedDims int
 	EmbedErr  error
+	// EmbedStep, if set, makes every Embed call wait to receive one value
+	// from it (or for its context to end): a test lets a batch's calls
+	// through one by one.
+	EmbedStep <-chan struct{}
+	// EmbedFail, if set, is asked before each Embed call answers, with
+	// its number (0 for the first call); the error it returns, if any, is
+	// the call's.
+	EmbedFail func(call int) error
 }
 
 // Runtime is the fake. It is safe for concurrent use.
@@ -591,10 +599,17 @@ func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 	cfg := r.cfg
 	r.calls++
 	r.lastEmbed = &llm.EmbedRequest{Input: append([]string(nil), req.Input...), Dimensions: req.Dimensions}
+	call := r.embedsStarted
 	r.embedsStarted++
 	r.mu.Unlock()
 	if cfg.ChatPanic != nil {
 		panic(cfg.ChatPanic)
+	}
+	if cfg.EmbedStep != nil {
+		select {
+		case <-cfg.EmbedStep:
+		case <-ctx.Done():
+		}
 	}
 	if cfg.Hold != nil {
 		select {
@@ -610,6 +625,11 @@ func (r *Runtime) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 	}
 	if cfg.EmbedErr != nil {
 		return nil, cfg.EmbedErr
+	}
+	if cfg.EmbedFail != nil {
+		if err := cfg.EmbedFail(call); err != nil {
+			return nil, err
+		}
 	}
 	dims := cfg.EmbedDims
 	if dims <= 0 {

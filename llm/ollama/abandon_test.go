@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,13 +15,32 @@ import (
 	"github.com/hearthd/hearth/llm"
 )
 
+// pipeRuntime is a Config.HTTPClient over the default transport whose
+// connections are in memory (net.Pipe, on which a synctest bubble can
+// wait, where it cannot on a socket), each served by serve in a goroutine
+// of its own. dials counts the connections dialled.
+func pipeRuntime(serve func(net.Conn)) (hc *http.Client, dials *atomic.Int64) {
+	dials = new(atomic.Int64)
+	tr := loopbackTransport(0)
+	tr.DialContext = func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		c, srv := net.Pipe()
+		go func() {
+			defer srv.Close()
+			serve(srv)
+		}()
+		return c, nil
+	}
+	return &http.Client{Transport: tr}, dials
+}
+
 // silentRuntime makes b's transport dial a runtime that reads each
 // request and never answers, as an Ollama whose model has lost its
 // parallel slots does. It reports the (bubble) time at which each
 // connection was closed by the client.
-func silentRuntime(b *Backend) <-chan time.Time {
+func silentRuntime() (*http.Client, <-chan time.Time) {
 	closed := make(chan time.Time, 8)
-	pipeRuntime(b.lt, func(c net.Conn) {
+	hc, _ := pipeRuntime(func(c net.Conn) {
 		br := bufio.NewReader(c)
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -33,7 +53,7 @@ func silentRuntime(b *Backend) <-chan time.Time {
 		_, _ = br.ReadByte()
 		closed <- time.Now()
 	})
-	return closed
+	return hc, closed
 }
 
 // An abandoned request whose runtime never answers is not held for
@@ -54,8 +74,8 @@ func TestAbandonedRequestIsClosedWhenTheRuntimeNeverAnswers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBackend(t, "http://127.0.0.1:1", func(cfg *Config) { cfg.FirstByteTimeout = c.fbt })
-				closed := silentRuntime(b)
+				hc, closed := silentRuntime()
+				b := newBackend(t, "http://127.0.0.1:1", func(cfg *Config) { cfg.FirstByteTimeout, cfg.HTTPClient = c.fbt, hc })
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if c.callerEnd > 0 {

@@ -3,12 +3,10 @@ package ollama
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/llm"
 )
@@ -99,47 +97,29 @@ func testRealCancelStopsGeneration(t *testing.T, inst *ollamatest.Instance) {
 // TestRealAbandonedRequestEndsOnTheRuntime: a request abandoned before its
 // first token (here by a first-byte timeout far shorter than the prompt
 // takes) reports RuntimeDone only once the runner has stopped: from then
-// on it burns no CPU. Polled, the request is sent and awaited in the
-// caller's goroutine over a connection of an event loop (firstHere).
+// on it burns no CPU.
 func TestRealAbandonedRequestEndsOnTheRuntime(t *testing.T) {
 	ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
-		for _, polled := range []bool{false, true} {
-			t.Run(fmt.Sprintf("polled=%t", polled), func(t *testing.T) {
-				var b *Backend
-				if !polled {
-					b = realBackend(t, inst)
-				} else {
-					loop, err := evloop.New(nil)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { loop.Close() })
-					if b, err = New(Config{BaseURL: inst.URL, Model: inst.Model, FirstByteTimeout: time.Minute, Loop: loop, Logger: testLogger(t)}); err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(b.CloseIdleConnections)
-				}
-				generate(t, b, llm.Options{MaxTokens: ptr(1)}) // loaded
-				nb := *b
-				nb.cfg.FirstByteTimeout = time.Microsecond
-				nb.watch = newStallWatch(nb.cfg.FirstByteTimeout, nb.abandonWait(), nil, testLogger(t)) // the deadlines' timer
-				slow := &nb
-				_, err := slow.Chat(context.Background(), &llm.Request{Messages: userSays(strings.Repeat("go on and on ", 150)), Options: llm.Options{MaxTokens: ptr(20000)}, Polled: polled})
-				var ab llm.Abandoned
-				if !errors.Is(err, llm.ErrTimeout) || !errors.As(err, &ab) {
-					t.Fatalf("err = %v, want an abandoned timeout", err)
-				}
-				select {
-				case <-ab.RuntimeDone():
-				case <-time.After(time.Minute):
-					t.Fatal("not done within a minute")
-				}
-				before, _ := inst.RunnerCPUTicks()
-				time.Sleep(500 * time.Millisecond) // the window CPU use is measured over
-				if after, _ := inst.RunnerCPUTicks(); after-before > 2 {
-					t.Fatalf("runner used %d ticks after RuntimeDone", after-before)
-				}
-			})
+		b := realBackend(t, inst)
+		generate(t, b, llm.Options{MaxTokens: ptr(1)}) // loaded
+		nb := *b
+		nb.cfg.FirstByteTimeout = time.Microsecond
+		nb.watch = newStallWatch(nb.cfg.FirstByteTimeout, nb.abandonWait(), nil, testLogger(t)) // the deadlines' timer
+		slow := &nb
+		_, err := slow.Chat(context.Background(), &llm.Request{Messages: userSays(strings.Repeat("go on and on ", 150)), Options: llm.Options{MaxTokens: ptr(20000)}})
+		var ab llm.Abandoned
+		if !errors.Is(err, llm.ErrTimeout) || !errors.As(err, &ab) {
+			t.Fatalf("err = %v, want an abandoned timeout", err)
+		}
+		select {
+		case <-ab.RuntimeDone():
+		case <-time.After(time.Minute):
+			t.Fatal("not done within a minute")
+		}
+		before, _ := inst.RunnerCPUTicks()
+		time.Sleep(500 * time.Millisecond) // the window CPU use is measured over
+		if after, _ := inst.RunnerCPUTicks(); after-before > 2 {
+			t.Fatalf("runner used %d ticks after RuntimeDone", after-before)
 		}
 	})
 }

@@ -39,7 +39,7 @@ func (b *Backend) Complete(ctx context.Context, req *llm.CompletionRequest) (llm
 	if err != nil {
 		return nil, fmt.Errorf("ollama: encode generate request: %w", err)
 	}
-	return b.generate(ctx, b.genURL, b.genTo, body, false)
+	return b.generate(ctx, b.genURL, body)
 }
 
 // embedRequest is api.EmbedRequest with dimensions, which current Ollama

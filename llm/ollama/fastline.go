@@ -215,11 +215,9 @@ func unhex(c byte) (byte, bool) {
 //
 //	…"content":""},"done":true,"done_reason":"stop","total_duration":…
 //
-// One per stream, but encoding/json's reflection made it cost as much as a
-// dozen token lines (on 0.17, whose layout the fast path missed, ~1.3 % of
-// hearthd's CPU at one stream); fastFinalLine takes both layouts by hand on
-// the same terms as fastTokenLine: exactly one of them or encoding/json
-// decides.
+// One per stream, but encoding/json's reflection makes it cost as much as
+// a dozen token lines; fastFinalLine takes both layouts by hand on the same
+// terms as fastTokenLine: exactly one of them or encoding/json decides.
 const (
 	finalLineMessage    = `","message":{"role":"assistant","content":""}`
 	finalLineReason     = `,"done_reason":"`

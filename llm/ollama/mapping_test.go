@@ -348,6 +348,24 @@ func TestErrorsAreClassified(t *testing.T) {
 			}
 		})
 	}
+	// Ollama's words for a format it cannot turn into a grammar or sample
+	// with (0.9.6 and 0.17.4, their server and both runners) are the
+	// client's error, whatever the status.
+	for _, body := range []string{
+		`{"error":"invalid JSON schema in format"}`,
+		`{"error":"invalid format: \"x\"; expected \"json\" or a valid JSON Schema object"}`,
+		`{"error":"Failed to create new sequence: unable to create sampling context\n"}`,
+		`{"error":"failed to load model vocabulary required for format"}`,
+	} {
+		t.Run("schema refused "+body, func(t *testing.T) {
+			f := newFakeOllama(t, status(500, body))
+			_, err := newBackend(t, f.srv.URL, nil).Chat(context.Background(), req)
+			var ire *llm.InvalidRequestError
+			if !errors.As(err, &ire) || !ire.Schema || errors.Is(err, llm.ErrUnavailable) || !strings.Contains(ire.Msg, "JSON schema") {
+				t.Fatalf("err = %#v", err)
+			}
+		})
+	}
 	t.Run("error line before any token", func(t *testing.T) {
 		f := newFakeOllama(t, func(w http.ResponseWriter, r *http.Request) { writeLines(w, `{"error":"runner crashed"}`) })
 		_, err := newBackend(t, f.srv.URL, nil).Chat(context.Background(), req)

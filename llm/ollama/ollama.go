@@ -11,7 +11,6 @@
 package ollama
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,8 +30,6 @@ import (
 
 	"github.com/ollama/ollama/api"
 
-	"github.com/hearthd/hearth/internal/evloop"
-	"github.com/hearthd/hearth/internal/gopool"
 	"github.com/hearthd/hearth/internal/jsonw"
 	"github.com/hearthd/hearth/llm"
 )
@@ -63,11 +60,6 @@ type Config struct {
 	// Otherwise (or unset) the backend logs an error and Ready fails with
 	// ErrStuck until the runtime answers again. It must not block.
 	OnStuck func(reason string) (restarting bool)
-	// Loop, if set, watches the connections of generations that ask for it
-	// (llm.Request.Polled) instead of Go's netpoller: their streams are
-	// llm.Pollable, relayed by the caller from the loop's goroutine. Only with
-	// the default transport.
-	Loop *evloop.Loop
 }
 
 // DefaultMaxConns is the idle connection pool size when Config.MaxConns is
@@ -105,20 +97,10 @@ type Backend struct {
 	genURL  string // /api/generate
 	embURL  string // /api/embed
 	hc      *http.Client
-	// With the loop transport (the default for http), generations are
-	// posted through it directly (loopTransport.post).
-	lt            *loopTransport
-	chatTo, genTo *loopTarget
-	api           *api.Client
-	log           *slog.Logger
+	api     *api.Client
+	log     *slog.Logger
 	// watch is shared with the backends WithModel returns: one runtime.
 	watch *stallWatch
-	// firsts runs each generation's request up to its first line (shared
-	// too): a goroutine started per request grew its stack on that path
-	// every time.
-	firsts *gopool.Pool
-
-	answerBegun func() // a test's hook: firstHere has the answer's first byte
 }
 
 // New returns a Backend for cfg.
@@ -131,25 +113,8 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("ollama: invalid base URL %q", cfg.BaseURL)
 	}
 	hc := cfg.HTTPClient
-	var lt *loopTransport
 	if hc == nil {
-		maxConns := cfg.MaxConns
-		if maxConns <= 0 {
-			maxConns = DefaultMaxConns
-		}
-		// Every stream holds a connection for as long as it runs. Keep as
-		// many idle ones as streams may run at once: a smaller pool closes
-		// the connections of streams beyond it after each answer, and the
-		// next request dials again (a TIME_WAIT socket per request under
-		// load). Connections are not capped: the daemon's admission
-		// control is the limit, and a cap would add a second, silent queue.
-		var tr http.RoundTripper = loopbackTransport(maxConns)
-		if u.Scheme == "http" {
-			lt = newLoopTransport(maxConns)
-			lt.loop = cfg.Loop
-			tr = lt
-		}
-		hc = &http.Client{Transport: tr}
+		hc = &http.Client{Transport: loopbackTransport(cfg.MaxConns)}
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -165,18 +130,8 @@ func New(cfg Config) (*Backend, error) {
 		hc:      hc,
 		api:     api.NewClient(u, hc),
 		log:     log,
-		firsts:  gopool.New(firstsIdle),
 	}
 	b.watch = newStallWatch(cfg.FirstByteTimeout, b.abandonWait(), cfg.OnStuck, log.With("runtime", base))
-	if lt != nil {
-		if b.chatTo, err = newLoopTarget(b.chatURL); err == nil {
-			b.genTo, err = newLoopTarget(b.genURL)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("ollama: invalid base URL %q: %w", cfg.BaseURL, err)
-		}
-		b.lt = lt
-	}
 	return b, nil
 }
 
@@ -192,16 +147,10 @@ func (b *Backend) WithModel(model string) *Backend {
 }
 
 // CloseIdleConnections closes the connections to the runtime kept for
-// reuse and ends the goroutines waiting for a request; the daemon calls it
-// at shutdown so that none outlives it.
+// reuse; the daemon calls it at shutdown so that none outlives it.
 func (b *Backend) CloseIdleConnections() {
 	b.hc.CloseIdleConnections()
-	b.firsts.Stop()
 }
-
-// firstsIdle is how long a goroutine of Backend.firsts waits for another
-// request before it ends.
-const firstsIdle = 10 * time.Second
 
 // loopbackTransport is an HTTP transport for an Ollama on the same host.
 func loopbackTransport(maxConns int) *http.Transport {
@@ -223,8 +172,8 @@ func loopbackTransport(maxConns int) *http.Transport {
 	// many idle ones as streams may run at once: a smaller pool closes the
 	// connections of streams beyond it after each answer, and the next
 	// request dials again (a TIME_WAIT socket per request under load).
-	// Connections are not capped here: the daemon's admission control is
-	// the limit, and a cap would add a second, silent queue.
+	// Connections are not capped: the daemon's admission control is the
+	// limit, and a cap would add a second, silent queue.
 	tr.MaxIdleConns = maxConns
 	tr.MaxIdleConnsPerHost = maxConns
 	// Compression over loopback costs CPU per token and saves nothing.
@@ -456,155 +405,8 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
-	return b.generate(ctx, b.chatURL, b.chatTo, body, req.Polled)
-}
-
-// generate posts body to url (/api/chat or /api/generate, whose NDJSON
-// answers the stream reads alike; to is the same URL for the loop
-// transport) and returns the stream once its first line has arrived:
-// Chat's contract.
-func (b *Backend) generate(ctx context.Context, url string, to *loopTarget, body []byte, polled bool) (llm.Stream, error) {
-	// The request lives until the stream ends, past ctx while the prompt
-	// is read; cancelling it makes Ollama stop generating.
-	rctx := newGenCtx(ctx)
-	g := b.watch.sent(time.Now())
-	s := &stream{ctx: rctx, b: b, watch: b.watch, track: g}
-
-	// Closed at the first-byte deadline (nil without one): the watch keeps
-	// one timer for every generation's.
-	late := g.late
-	var err error
-	if b.lt != nil && b.lt.interrupts(polled) {
-		err = b.firstHere(ctx, s, to, body, late)
-	} else {
-		err = b.firstAside(ctx, s, url, to, body, polled, late)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := s.decode(&s.line); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("%w: %w", llm.ErrUnavailable, err)
-	}
-	// From the first token on, the caller's end is the generation's end.
-	stop := context.AfterFunc(ctx, func() { rctx.cancel(context.Cause(ctx)) })
-	s.stopAfter = stop
-	return s, nil
-}
-
-// firstHere sends s's request on a connection of the transport's loop and
-// reads its first line in the caller's goroutine, which returns on ctx's
-// end or timeout all the same: the connection's reads and writes are
-// interrupted then. A request interrupted once written, before any byte
-// of its answer arrived, is abandoned (its answer awaited by another
-// goroutine). One interrupted while it is written, or once its answer
-// has begun, is closed: a runtime that has not had the whole request
-// has not started on it, and Ollama writes its answer's head with the
-// first line, so one that has begun answering has read the prompt, and
-// closing does not cost it a slot (ollama/ollama#17131).
-func (b *Backend) firstHere(ctx context.Context, s *stream, to *loopTarget, body []byte, late <-chan struct{}) error {
-	p, err := b.lt.open(ctx, s.ctx, to, body, true, ctx.Done(), late)
-	if p != nil && errors.Is(err, evloop.ErrInterrupted) {
-		first := make(chan error, 1)
-		go func() {
-			resp, err := p.answer(readHead, false)
-			first <- b.first(s, resp, err)
-		}()
-		return b.giveUp(ctx, s, first)
-	}
-	if err == nil {
-		if b.answerBegun != nil {
-			b.answerBegun()
-		}
-		p.interrupt(ctx.Done(), late)
-		var resp *http.Response
-		resp, err = p.answer(readHead, false)
-		err = b.first(s, resp, err)
-		p.interrupt(nil, nil)
-	} else if ctx.Err() == nil {
-		err = b.first(s, nil, err)
-	}
-	if err == nil {
-		return nil
-	}
-	s.Close()
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("ollama: generate: %w", ctx.Err())
-	case errors.Is(err, evloop.ErrInterrupted):
-		return b.timedOut()
-	}
-	return err
-}
-
-// firstAside sends s's request and reads its first line in a pooled
-// goroutine, while the caller waits for it, ctx's end or timeout: for a
-// transport whose reads cannot be interrupted.
-func (b *Backend) firstAside(ctx context.Context, s *stream, url string, to *loopTarget, body []byte, polled bool, late <-chan struct{}) error {
-	send := func() (*http.Response, error) { return b.lt.post(s.ctx, to, body, polled) }
-	if b.lt == nil {
-		hreq, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			s.ctx.cancel(nil)
-			return fmt.Errorf("ollama: build request: %w", err)
-		}
-		hreq.Header.Set("Content-Type", "application/json")
-		hreq.Header.Set("Accept", "application/x-ndjson")
-		send = func() (*http.Response, error) { return b.hc.Do(hreq) }
-	}
-	// first sends the result once.
-	first := make(chan error, 1)
-	b.firsts.Go(func() {
-		resp, err := send()
-		first <- b.first(s, resp, err)
-	})
-	select {
-	case err := <-first:
-		if err != nil {
-			s.Close()
-		}
-		return err
-	case <-ctx.Done():
-	case <-late:
-	}
-	return b.giveUp(ctx, s, first)
-}
-
-// first reads the first line of the answer to s's request into s, resp
-// and err being what sending it returned: nil once the line is s.line.
-func (b *Backend) first(s *stream, resp *http.Response, err error) error {
-	if err != nil {
-		return b.unreachable(err)
-	}
-	s.lines = linesOf(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		b.watch.answered(s.track)
-		return b.statusError(resp)
-	}
-	// A runtime that fails before producing anything is reported as
-	// unavailable, not as a broken stream.
-	if err := s.next(); err != nil {
-		var syntax *json.SyntaxError
-		if errors.As(err, &syntax) {
-			return fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", llm.ErrUnavailable, b.base, err)
-		}
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return b.unreachable(err)
-	}
-	b.watch.answered(s.track)
-	return nil
-}
-
-// giveUp abandons s, whose request's answer has not begun, on ctx's end
-// or the first-byte timeout, whichever came: first will say when it does.
-func (b *Backend) giveUp(ctx context.Context, s *stream, first <-chan error) error {
-	if ctx.Err() != nil {
-		return b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
-	}
-	b.watch.waited(s.track, time.Now())
-	return b.abandon(s, first, b.timedOut())
+	st, err := b.generate(ctx, b.chatURL, body)
+	return st, schemaRefusal(err)
 }
 
 // timedOut is the error of a request with no answer within FirstByteTimeout.
@@ -647,7 +449,7 @@ func (b *Backend) abandon(s *stream, first <-chan error, err error) error {
 				"runtime", b.base, "model", b.cfg.Model, "waited", wait)
 			b.watch.waited(s.track, time.Now())
 			// Give up: cancelling ends the read in flight.
-			s.ctx.cancel(context.DeadlineExceeded)
+			s.cancel(context.DeadlineExceeded)
 			<-first
 		}
 		s.Close()
@@ -665,8 +467,13 @@ func (e *abandonedError) Unwrap() error                { return e.err }
 func (e *abandonedError) RuntimeDone() <-chan struct{} { return e.done }
 
 // statusError turns a non-200 answer into the error the API maps to a status.
+// A refusal of the request's JSON schema is the client's to fix, whatever
+// the status the runtime gives it (Ollama answers 500 for most).
 func (b *Backend) statusError(resp *http.Response) error {
 	msg := errorMessage(resp)
+	if schemaRefused(msg) {
+		return refusedSchema(msg)
+	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return &llm.InvalidRequestError{Msg: msg}

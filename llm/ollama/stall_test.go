@@ -30,14 +30,15 @@ import (
 type slotRuntime struct {
 	slot chan struct{}  // holds a token while the slot is taken
 	busy sync.WaitGroup // the requests it is still working on
+	hc   *http.Client   // dials it (Config.HTTPClient)
 }
 
-func newSlotRuntime(b *Backend, lost bool) *slotRuntime {
+func newSlotRuntime(lost bool) *slotRuntime {
 	r := &slotRuntime{slot: make(chan struct{}, 1)}
 	if lost {
 		r.slot <- struct{}{}
 	}
-	pipeRuntime(b.lt, r.serve)
+	r.hc, _ = pipeRuntime(r.serve)
 	return r
 }
 
@@ -139,8 +140,9 @@ type stallScene struct {
 
 // supervised is OnStuck's answer: the runtime is being restarted.
 func newStallScene(t *testing.T, supervised, lost bool) *stallScene {
-	sc := &stallScene{t: t, start: time.Now()}
+	sc := &stallScene{t: t, start: time.Now(), rt: newSlotRuntime(lost)}
 	sc.b = newBackend(t, "http://127.0.0.1:1", func(cfg *Config) {
+		cfg.HTTPClient = sc.rt.hc
 		cfg.FirstByteTimeout = time.Minute
 		cfg.OnStuck = func(string) bool {
 			sc.mu.Lock()
@@ -149,7 +151,6 @@ func newStallScene(t *testing.T, supervised, lost bool) *stallScene {
 			return supervised
 		}
 	})
-	sc.rt = newSlotRuntime(sc.b, lost)
 	return sc
 }
 

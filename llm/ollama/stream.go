@@ -9,28 +9,25 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/hearthd/hearth/internal/cacheline"
-	"github.com/hearthd/hearth/internal/evloop"
 	"github.com/hearthd/hearth/llm"
 )
 
 // stream reads Ollama's NDJSON answer in the caller's goroutine, no
-// goroutine or channel in between. Lines are read in place: from the
-// transport's read buffer (loopBody), or through a buffer of the stream's
-// own for another transport (bufLines). The common token line is decoded by
-// fastTokenLine, which allocates only the token's text, and every other
-// line by encoding/json.
+// goroutine or channel in between. Lines are read in place from the
+// stream's buffer; the common token line is decoded by fastTokenLine,
+// which allocates only the token's text, and every other line by
+// encoding/json.
 type stream struct {
-	b     *Backend
-	ctx   *genCtx    // the request's; its cause says why it ended
-	lines lineSource // the answer's body
-	line  chatLine   // the last line read, reused for every line
+	b      *Backend
+	ctx    context.Context // the request's; its cause says why it ended
+	cancel context.CancelCauseFunc
+	lines  *lines   // the answer's body
+	line   chatLine // the last line read, reused for every line
 
 	// Events decoded from one line, waiting to be returned. A line yields
 	// at most two: its content or tool calls, and the final event.
@@ -46,58 +43,108 @@ type stream struct {
 	done      bool // final event decoded
 	err       error
 
-	// pc is the connection while the stream is polled (llm.Pollable);
-	// drainedAt is its Edge when a read last emptied it, or ^0.
-	pc        *evloop.Conn
-	drainedAt uint64
-	// lingering is set while a polled stream, past its final event, waits
-	// for the end of the runtime's answer to hand the connection back: its
-	// Close leaves the connection to that wait (linger).
-	lingering atomic.Bool
-
 	closeOnce sync.Once
 }
 
-// lineSource is an answer's body read as lines.
-type lineSource interface {
-	// readLine returns the next line, '\n' included, valid until the next
-	// read. At the end it returns io.EOF, with the last line if that had
-	// no '\n'.
-	readLine() ([]byte, error)
-	// bufferedLine reports whether a whole line is buffered: readLine
-	// returns it without waiting on the runtime.
-	bufferedLine() bool
-	// wait waits until some of the body is buffered, or the body ended.
-	wait()
-	// Read reads the rest of the body; Close ends it.
-	io.ReadCloser
-}
-
-// linesOf reads body as lines: in place if the loop transport answered,
-// otherwise through a buffer.
-func linesOf(body io.ReadCloser) lineSource {
-	if lb, ok := body.(*loopBody); ok {
-		return lb
+// generate posts body to url (/api/chat or /api/generate, whose NDJSON
+// answers the stream reads alike) and returns the stream once its first
+// line has arrived: Chat's contract. The request is sent from a goroutine
+// of its own so that the caller can give up on it (ctx's end, the
+// first-byte deadline) while the runtime still reads the prompt.
+func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.Stream, error) {
+	// The request lives until the stream ends, past ctx while the prompt
+	// is read; cancelling it closes its connection, and Ollama stops.
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		cancel(err)
+		return nil, fmt.Errorf("ollama: build request: %w", err)
 	}
-	return &bufLines{ReadCloser: body, br: bufio.NewReaderSize(body, lineBufSize)}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/x-ndjson")
+	// A generation the runtime never answered changed nothing, so net/http
+	// may send it again on a fresh connection when a kept one turns out
+	// closed by the runtime (a restart, an idle close). A key without a
+	// value marks it so and is not sent.
+	req.Header["Idempotency-Key"] = nil
+
+	g := b.watch.sent(time.Now())
+	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
+	first := make(chan error, 1)
+	go func() {
+		resp, err := b.hc.Do(req)
+		first <- b.first(s, resp, err)
+	}()
+	select {
+	case err := <-first:
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
+	case <-g.late: // nil, and never ready, without a first-byte bound
+		b.watch.waited(g, time.Now())
+		return nil, b.abandon(s, first, b.timedOut())
+	}
+	if err := s.decode(&s.line); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("%w: %w", llm.ErrUnavailable, err)
+	}
+	// From the first token on, the caller's end is the generation's end.
+	s.stopAfter = context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	return s, nil
 }
 
-// lineBufSize is bufLines' read buffer. A token line is ~130 bytes, so a
-// burst of a dozen tokens fits and is relayed with one write (see
-// Buffered); a longer line (tool calls) is assembled in bufLines.long.
-const lineBufSize = 2 << 10
+// first reads the first line of the answer to s's request into s, resp
+// and err being what sending it returned: nil once the line is s.line.
+func (b *Backend) first(s *stream, resp *http.Response, err error) error {
+	if err != nil {
+		return b.unreachable(err)
+	}
+	s.lines = newLines(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		b.watch.answered(s.track)
+		return b.statusError(resp)
+	}
+	// A runtime that fails before producing anything is reported as
+	// unavailable, not as a broken stream.
+	if err := s.next(); err != nil {
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return fmt.Errorf("%w: model runtime at %s sent a malformed answer: %w", llm.ErrUnavailable, b.base, err)
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return b.unreachable(err)
+	}
+	b.watch.answered(s.track)
+	return nil
+}
 
-// bufLines reads the lines of a body of another transport than the loop
-// transport (a custom HTTP client, https) through a buffer.
-type bufLines struct {
+// lines reads an answer's body as lines through a buffer of its own.
+type lines struct {
 	io.ReadCloser
 	br   *bufio.Reader
 	long []byte // assembles a line longer than br's buffer
 }
 
-func (l *bufLines) Read(p []byte) (int, error) { return l.br.Read(p) }
+func newLines(body io.ReadCloser) *lines {
+	return &lines{ReadCloser: body, br: bufio.NewReaderSize(body, lineBufSize)}
+}
 
-func (l *bufLines) readLine() ([]byte, error) {
+// lineBufSize is the read buffer of an answer. A token line is ~130 bytes,
+// so a burst of a dozen tokens fits and is relayed with one write (see
+// Buffered); a longer line (tool calls) is assembled in lines.long.
+const lineBufSize = 2 << 10
+
+func (l *lines) Read(p []byte) (int, error) { return l.br.Read(p) }
+
+// readLine returns the next line, '\n' included, valid until the next
+// read. At the end it returns io.EOF, with the last line if that had no
+// '\n'.
+func (l *lines) readLine() ([]byte, error) {
 	line, err := l.br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
 		l.long = append(l.long[:0], line...)
@@ -113,13 +160,9 @@ func (l *bufLines) readLine() ([]byte, error) {
 	return line, err
 }
 
-func (l *bufLines) wait() {
-	if l.br.Buffered() == 0 {
-		_, _ = l.br.Peek(1) // an error is the next read's too
-	}
-}
-
-func (l *bufLines) bufferedLine() bool {
+// bufferedLine reports whether a whole line is buffered: readLine returns
+// it without waiting on the runtime.
+func (l *lines) bufferedLine() bool {
 	buf, _ := l.br.Peek(l.br.Buffered()) // never reads: n <= Buffered
 	return bytes.IndexByte(buf, '\n') >= 0
 }
@@ -253,17 +296,7 @@ func (s *stream) readLine() ([]byte, error) {
 	return nil, err
 }
 
-var (
-	_ llm.Buffered = (*stream)(nil)
-	_ llm.Waiter   = (*stream)(nil)
-)
-
-// Wait implements llm.Waiter.
-func (s *stream) Wait() {
-	if s.n == 0 && s.err == nil && !s.done {
-		s.lines.wait()
-	}
-}
+var _ llm.Buffered = (*stream)(nil)
 
 // Buffered implements runtime.Buffered: it reports whether Recv will
 // return an event without waiting on the runtime. Lines already complete
@@ -369,7 +402,7 @@ func (s *stream) Recv() (llm.Event, error) {
 }
 
 func (s *stream) readError(err error) error {
-	if cause := s.ctx.causeOf(); cause != nil {
+	if cause := context.Cause(s.ctx); cause != nil {
 		return fmt.Errorf("ollama: generation stopped: %w", cause)
 	}
 	if err == io.EOF {
@@ -387,57 +420,13 @@ func (s *stream) fail(err error) error {
 // finish releases the connection after the final event. Draining the
 // (already ended) body lets the transport reuse the connection.
 func (s *stream) finish() {
-	if s.pc != nil {
-		// Polled: reading may not wait. Ollama writes the answer's end
-		// (the last chunk) after its final line, often in a write of its
-		// own; if it has not come yet, the loop waits for it.
-		lb := s.lines.(*loopBody)
-		if !lb.endBuffered() {
-			s.ingest(lb)
-		}
-		if !lb.endBuffered() && !s.pc.Failed() {
-			s.lingering.Store(true)
-			pc := s.pc
-			// Closed on the loop's goroutine, so never once handed back.
-			t := time.AfterFunc(lingerTimeout, func() {
-				pc.Loop().Post(func() {
-					if s.lingering.Load() {
-						pc.Close()
-					}
-				})
-			})
-			pc.Poll(func() {
-				s.ingest(lb)
-				if lb.endBuffered() || pc.Failed() {
-					t.Stop()
-					s.endLinger()
-				}
-			})
-			return
-		}
-		s.Unpoll()
-	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(s.lines, 4<<10))
 	s.Close()
 }
 
-// lingerTimeout bounds the wait for the end of an answer whose final line
-// has come: Ollama writes it at once.
-const lingerTimeout = 2 * time.Second
-
-// endLinger ends a linger: the end of the answer is in, or the connection
-// failed. On the loop's goroutine.
-func (s *stream) endLinger() {
-	s.pc.Poll(nil)
-	s.pc = nil
-	_, _ = io.Copy(io.Discard, io.LimitReader(s.lines, 4<<10)) // no wait: ended, or failed
-	s.lingering.Store(false)
-	s.end()
-	s.Close()
-}
-
 // Close implements llm.Stream. Cancelling the request closes the
-// connection, and Ollama stops generating when its client goes away.
+// connection if its answer was not read to the end, and Ollama stops
+// generating when its client goes away.
 func (s *stream) Close() error {
 	s.closeOnce.Do(func() {
 		if s.stopAfter != nil {
@@ -446,98 +435,12 @@ func (s *stream) Close() error {
 		if s.watch != nil {
 			s.watch.closed(s.track)
 		}
-		if !s.lingering.Load() {
-			s.end()
+		s.cancel(context.Canceled)
+		if s.lines != nil {
+			s.lines.Close()
 		}
 	})
 	return nil
-}
-
-// end ends the request: the connection is closed if its answer was not
-// read to the end, and Ollama stops generating when its client goes away.
-func (s *stream) end() {
-	s.ctx.cancel(context.Canceled)
-	if s.lines != nil {
-		s.lines.Close()
-	}
-}
-
-var _ llm.Pollable = (*stream)(nil)
-
-// Poll implements llm.Pollable: a stream whose connection the transport's
-// loop watches (a polled post) can be.
-func (s *stream) Poll(ready func(), hot ...unsafe.Pointer) bool {
-	lb, ok := s.lines.(*loopBody)
-	if !ok || lb.pc.pc == nil || s.pc != nil {
-		return false
-	}
-	s.pc = lb.pc.pc
-	// The first line was read in blocking mode, which may have emptied the
-	// socket.
-	s.drainedAt = s.pc.Drained()
-	// What Ready and Recv read at every token.
-	hot = cacheline.Of(hot, s)
-	hot = cacheline.Of(hot, lb)
-	hot = cacheline.Of(hot, lb.pc)
-	hot = cacheline.Of(hot, lb.br)
-	hot = cacheline.Span(hot, lb.pc.buf, readHot)
-	s.pc.Poll(ready, hot...)
-	return true
-}
-
-// Unpoll implements llm.Pollable.
-func (s *stream) Unpoll() {
-	if s.pc != nil {
-		s.pc.Poll(nil)
-		s.pc = nil
-	}
-}
-
-// Ready implements llm.Pollable. It reads at most until a read takes less
-// than the buffer had room for: the socket is empty then, and the loop
-// (edge-triggered) is told when more comes; so no read finds it empty for
-// nothing, the read a Go stream makes before it may wait. Once the runtime
-// hung up, it reads on to the close (evloop.Conn.HungUp).
-func (s *stream) Ready() llm.PollState {
-	lb := s.lines.(*loopBody)
-	for {
-		if s.Buffered() || s.err != nil || s.done || lb.err != nil {
-			return llm.PollReady
-		}
-		if s.pc.Failed() {
-			return llm.PollReady // Recv reads and returns the error at once
-		}
-		if s.drainedAt == s.pc.Edge() {
-			return llm.PollWait
-		}
-		room := lb.br.Size() - lb.br.Buffered()
-		if room == 0 {
-			// A line longer than the buffer: readLine assembles it, which
-			// takes reads that may wait.
-			return llm.PollBlock
-		}
-		got := s.ingest(lb)
-		if got < room && !s.pc.HungUp() {
-			// Emptied, and the loop calls again when more comes. Not so
-			// once the runtime closed: its close may have come with these
-			// bytes, in the same event, and is read next.
-			s.drainedAt = s.pc.Edge()
-		}
-		if got == 0 && !s.pc.Failed() {
-			return llm.PollWait
-		}
-	}
-}
-
-// ingest reads once what the connection has into the read buffer, without
-// waiting, and returns how many bytes came.
-func (s *stream) ingest(lb *loopBody) int {
-	n := lb.br.Buffered()
-	if n == lb.br.Size() {
-		return 0
-	}
-	_, _ = lb.br.Peek(n + 1) // one read: bufio fills once, then has n+1
-	return lb.br.Buffered() - n
 }
 
 func newCallID() string {

@@ -150,10 +150,12 @@ func FuzzDecodeLine(f *testing.F) {
 
 // testStream is a stream over r, as Chat builds it after the headers.
 func testStream(r io.ReadCloser) *stream {
+	ctx, cancel := context.WithCancelCause(context.Background())
 	return &stream{
-		b:     &Backend{base: "http://test"},
-		ctx:   newGenCtx(context.Background()),
-		lines: linesOf(r),
+		b:      &Backend{base: "http://test"},
+		ctx:    ctx,
+		cancel: cancel,
+		lines:  newLines(r),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +31,18 @@ type CA struct {
 // NewCA makes a CA valid for a day.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := MakeCA()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return ca
+}
+
+// MakeCA is NewCA for a caller that is not a test (the benchmark).
+func MakeCA() (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1000),
@@ -44,15 +55,15 @@ func NewCA(t testing.TB) *CA {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	return &CA{cert: cert, key: key, Pool: pool}
+	return &CA{cert: cert, key: key, Pool: pool}, nil
 }
 
 // PEM is the CA's certificate, for a client's CA file.
@@ -63,9 +74,18 @@ func (ca *CA) PEM() []byte {
 // Issue returns a PEM certificate and key for 127.0.0.1 with this serial.
 func (ca *CA) Issue(t testing.TB, serial int64, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	certPEM, keyPEM, err := ca.Make(serial, notAfter)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return certPEM, keyPEM
+}
+
+// Make is Issue for a caller that is not a test (the benchmark).
+func (ca *CA) Make(serial int64, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial),
@@ -78,14 +98,14 @@ func (ca *CA) Issue(t testing.TB, serial int64, notAfter time.Time) (certPEM, ke
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	kder, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
 }
 
 // Dir lays files out like certbot: cert.pem and key.pem are symlinks into a
@@ -129,5 +149,41 @@ func (d *Dir) Renew(t testing.TB, certPEM, keyPEM []byte) {
 		if err := os.Rename(tmp, f.link); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// RequireAEADOnly fails t unless the TLS server at addr (trusted through
+// roots) refuses over TLS 1.2 every cipher suite Go implements that is not
+// an AEAD, each offered alone, and serves the AEAD ones.
+func RequireAEADOnly(t testing.TB, addr string, roots *x509.CertPool) {
+	t.Helper()
+	dial := func(suites []uint16) (tls.ConnectionState, error) {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{
+			RootCAs: roots, MinVersion: tls.VersionTLS12, MaxVersion: tls.VersionTLS12, CipherSuites: suites})
+		if err != nil {
+			return tls.ConnectionState{}, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState(), nil
+	}
+	var aead []uint16
+	for _, s := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		if !slices.Contains(s.SupportedVersions, tls.VersionTLS12) {
+			continue
+		}
+		if strings.Contains(s.Name, "_GCM_") || strings.Contains(s.Name, "_CHACHA20_POLY1305") {
+			aead = append(aead, s.ID)
+			continue
+		}
+		if _, err := dial([]uint16{s.ID}); err == nil {
+			t.Errorf("TLS 1.2 with %s was served", s.Name)
+		}
+	}
+	st, err := dial(aead)
+	if err != nil {
+		t.Fatalf("TLS 1.2 with the AEAD suites: %v", err)
+	}
+	if !slices.Contains(aead, st.CipherSuite) {
+		t.Fatalf("TLS 1.2 negotiated %s", tls.CipherSuiteName(st.CipherSuite))
 	}
 }

@@ -1,0 +1,7 @@
+data "hearth_server" "chat" {
+  name = "chat"
+}
+
+output "chat_url" {
+  value = data.hearth_server.chat.deployment_url
+}
