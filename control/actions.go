@@ -27,8 +27,10 @@ import (
 //	ctl/act/<project>/srv/<server id>/<seq>/<action id>       a server's
 //	ctl/act/<project>/st/<status>/<seq>/<action id>           by status
 //
-// seq is the revision the action waits for. Actions outlive their server:
-// they are the project's history.
+// seq is a global revision taken when the action starts (the creation
+// order, as other records'); the revision the action waits for is its
+// node's (runningAction.Rev). Actions outlive their server: they are the
+// project's history.
 const (
 	pfxAction    = "ctl/act/"
 	prefixAction = "act_"
@@ -78,7 +80,7 @@ type actionRec struct {
 	Progress   int              `json:"progress"`
 	Resources  []actionResource `json:"resources"`
 	Error      *actionError     `json:"error,omitempty"`
-	Seq        uint64           `json:"seq"`
+	Seq        uint64           `json:"seq"` // the creation order
 	StartedAt  time.Time        `json:"started_at"`
 	FinishedAt *time.Time       `json:"finished_at,omitempty"`
 }
@@ -129,13 +131,13 @@ func actionOut(a actionRec) *actionJSON {
 	return out
 }
 
-// startAction stages a new running action of srv waiting for revision rev,
-// and lists it in srv (which the caller writes). more are the resources it
-// touches besides the server.
+// startAction stages a new running action of srv waiting for its node's
+// revision rev, and lists it in srv (which the caller writes). more are
+// the resources it touches besides the server.
 func (m *mutation) startAction(srv *serverRec, command string, rev uint64, now time.Time, more ...actionResource) (actionRec, error) {
 	a := actionRec{ID: newID(prefixAction), Project: srv.Project, ServerID: srv.ID, Command: command,
 		Status: actStatusRunning, Resources: append([]actionResource{{Type: "server", ID: srv.ID}}, more...),
-		Seq: rev, StartedAt: now}
+		Seq: m.nextRev(), StartedAt: now}
 	ak := actionKeysOf(srv.Project)
 	for _, kv := range []struct {
 		k string

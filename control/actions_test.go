@@ -215,6 +215,22 @@ func TestActionLists(t *testing.T) {
 	if want := []string{"firewall_rule_add", "firewall_rule_add", "firewall_rule_add", "create"}; !slices.Equal(seen, want) {
 		t.Fatalf("pages %v, want %v", seen, want)
 	}
+	// The project's list is in the order the changes were made, across
+	// servers whose nodes each count their own revisions.
+	e.enroll(hwM4)
+	second := idOf(t, e.req("POST", "/v1/servers", serverBody("second")).must(t, 201))
+	e.req("POST", "/v1/servers/"+second+"/firewall-rules", map[string]any{"direction": "inbound", "protocol": "icmp",
+		"action": "allow"}).must(t, 201)
+	var project struct{ Data []actionView }
+	e.req("GET", "/v1/actions", nil).must(t, 200).decode(t, &project)
+	var order []string
+	for _, a := range project.Data {
+		order = append(order, a.Command+" "+a.Resources[0].ID)
+	}
+	if want := []string{"firewall_rule_add " + second, "create " + second, "firewall_rule_add " + sid, "firewall_rule_add " + sid,
+		"firewall_rule_add " + sid, "create " + sid}; !slices.Equal(order, want) {
+		t.Fatalf("the project's actions %v, want %v", order, want)
+	}
 	var all struct{ Data []actionView }
 	e.req("GET", "/v1/actions?status=running", nil).must(t, 200).decode(t, &all)
 	_, other := e.project("elsewhere", false)

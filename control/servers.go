@@ -224,7 +224,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	node.ServerID, node.ServerProject = id, rc.project
 	node.Revision++
 	m.saveNode(&node)
-	act, err := m.startAction(&rec, ActCreate, rev, rc.now)
+	act, err := m.startAction(&rec, ActCreate, node.Revision, rc.now)
 	if err != nil {
 		return result{}, err
 	}
