@@ -98,7 +98,26 @@ func newAuditInfo(r *http.Request, tok tokenRec) *auditInfo {
 	if host, _, err := net.SplitHostPort(src); err == nil {
 		src = host
 	}
-	return &auditInfo{tokenName: tok.Name, method: r.Method, path: textcheck.Clip(r.URL.Path, maxAuditPath), source: src}
+	return &auditInfo{tokenName: tok.Name, method: r.Method, path: textcheck.Clip(redactPath(r.URL.Path), maxAuditPath),
+		source: src}
+}
+
+// secretPrefixes begin the secrets this API issues or takes.
+var secretPrefixes = []string{apiKeySecret, secretAPIToken, secretEnrollment, secretNode}
+
+// redactPath cuts a secret pasted into a path (an API key where its ID
+// belongs) to its prefix: the log keeps no secret, even one sent by
+// mistake.
+func redactPath(path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		for _, pre := range secretPrefixes {
+			if strings.HasPrefix(p, pre) && len(p) > len(pre) {
+				parts[i] = pre + "…"
+			}
+		}
+	}
+	return strings.Join(parts, "/")
 }
 
 // auditRecord is the entry of rc's request answered with status.

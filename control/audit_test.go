@@ -3,6 +3,7 @@ package control_test
 import (
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,36 @@ func TestAuditSkipsRateLimited(t *testing.T) {
 	entries, err := control.ListAudit(e.st, "", time.Time{}, time.Time{}, 10)
 	if err != nil || len(entries) != 2 {
 		t.Fatalf("%d entries (%v), want the 2 let in", len(entries), err)
+	}
+}
+
+// TestAuditKeepsNoSecret: no entry holds a secret: not the token's, not
+// an API key's, not one pasted into a path where an ID belongs.
+func TestAuditKeepsNoSecret(t *testing.T) {
+	e := newEnv(t, nil)
+	e.enroll(hwM4)
+	sid := idOf(t, e.req("POST", "/v1/servers", serverBody("secretive")).must(t, 201))
+	var k struct {
+		Key string `json:"key"`
+	}
+	e.req("POST", "/v1/servers/"+sid+"/api-keys", map[string]any{"name": "k"}).must(t, 201).decode(t, &k)
+	e.req("DELETE", "/v1/servers/"+sid+"/api-keys/"+k.Key, nil).wantErr(t, 404, "not_found", "key_id")
+	e.req("DELETE", "/v1/servers/"+e.token, nil).wantErr(t, 404, "not_found", "id")
+	raw := e.req("GET", "/v1/audit-log", nil).must(t, 200)
+	var log auditPage
+	raw.decode(t, &log)
+	if len(log.Data) != 4 || log.Data[0].Path != "/v1/servers/hct_…" || log.Data[1].Path != "/v1/servers/"+sid+"/api-keys/hearth_live_…" {
+		t.Fatalf("log %+v", log.Data)
+	}
+	for _, secret := range []string{k.Key, e.token, e.token[len("hct_"):]} {
+		if strings.Contains(string(raw.body), secret) {
+			t.Fatalf("the audit log shows a secret: %s", raw.body)
+		}
+		_ = e.st.Scan("ctl/aud/", "", false, func(key string, val []byte) (bool, error) {
+			if strings.Contains(key, secret) || strings.Contains(string(val), secret) {
+				t.Errorf("a secret in the audit log's record %s", key)
+			}
+			return true, nil
+		})
 	}
 }

@@ -202,7 +202,7 @@ func TestUsageBucketsChecked(t *testing.T) {
 		bucket(2, "key_local", m, 100),
 		{Seq: 3, KeyID: k, Minute: m, CompletionTokens: 1, ReasoningTokens: 2},
 		{Seq: 4, KeyID: k, Minute: m, Requests: 100, TTFT: make([]uint64, nodeapi.TTFTBins+1)},
-		bucket(5, k, m.Add(time.Second), 2),  // counts in its minute
+		bucket(5, k, m.Add(time.Second), 2), // counts in its minute
 		bucket(6, k, m.Add(3*time.Hour), 4), // a clock ahead: counts now
 	}
 	n.report(t, o)
