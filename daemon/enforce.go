@@ -149,6 +149,13 @@ func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikey
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
 		OnReceive:       func(nodeapi.Desired) { m.DesiredStateReceived() },
 		Usage:           func() []nodeapi.KeyUsage { return managedUsage(keys) },
+		UsageBuckets: func(limit int) ([]nodeapi.UsageBucket, bool, error) {
+			if err := keys.SealUsage(false); err != nil {
+				return nil, false, err
+			}
+			return keys.PendingUsage(limit)
+		},
+		UsageAccepted:   keys.AckUsage,
 		ModelInfo:       api.ModelInfo,
 		RuntimeRestarts: restarts,
 	}, enf, api.Healthy, log), nil
