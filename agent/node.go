@@ -82,6 +82,11 @@ type NodeConfig struct {
 	// model (context length, capabilities), reported with every observed
 	// state.
 	ModelInfo func() (contextLength int, capabilities []string)
+	// RuntimeRestarts, if set, reports whether hearthd is restarting the
+	// runtime now, and its last restart (nil if none), reported with every
+	// observed state: the runtime's state is restarting while one runs,
+	// else healthy or degraded as the health check says.
+	RuntimeRestarts func() (restarting bool, last *nodeapi.RuntimeRestart)
 }
 
 // Node keeps a node at the control plane's desired state through its
@@ -193,6 +198,17 @@ func (a *Node) Observed() nodeapi.Observed {
 	if a.cfg.ModelInfo != nil {
 		n.RuntimeContextLength, n.RuntimeCapabilities = a.cfg.ModelInfo()
 	}
+	n.RuntimeState = nodeapi.RuntimeHealthy
+	if a.healthErr != nil {
+		n.RuntimeState = nodeapi.RuntimeDegraded
+	}
+	if a.cfg.RuntimeRestarts != nil {
+		var restarting bool
+		restarting, n.RuntimeLastRestart = a.cfg.RuntimeRestarts()
+		if restarting {
+			n.RuntimeState = nodeapi.RuntimeRestarting
+		}
+	}
 	if p := o.Runtime.Progress; p.Status != "" {
 		n.RuntimeProgress = &nodeapi.PullProgress{Status: p.Status, Completed: p.Completed, Total: p.Total}
 	}
@@ -208,6 +224,15 @@ func (a *Node) Observed() nodeapi.Observed {
 	// tenant's data.
 	n.Wiped = a.desired != nil && a.desired.Wipe && a.desired.Revision == o.Revision && o.TenantInForce(o.Revision)
 	return n
+}
+
+// ReportNow has the observed state re-checked and posted at once (if it
+// changed), as after an apply: the runtime's health changed.
+func (a *Node) ReportNow() {
+	select {
+	case a.report <- struct{}{}:
+	default:
+	}
 }
 
 // nodeCredential is the credential file's content.
@@ -349,7 +374,7 @@ func (a *Node) apply(ctx context.Context, d nodeapi.Desired, persist bool) {
 	if d.Wipe && o.TenantInForce(d.Revision) {
 		a.log.Info("server wiped: its rules, SSH keys, API keys and usage are removed", "revision", d.Revision)
 	}
-	a.kick()
+	a.ReportNow()
 }
 
 // reporter posts the observed state after every apply, every change the
@@ -447,7 +472,7 @@ func (a *Node) reporter(ctx context.Context) {
 			}
 		}
 		if more {
-			a.kick()
+			a.ReportNow()
 		}
 	}
 }
@@ -464,14 +489,6 @@ func (a *Node) pendingUsage() ([]nodeapi.UsageBucket, bool) {
 		return nil, false
 	}
 	return b, more
-}
-
-// kick wakes the reporter.
-func (a *Node) kick() {
-	select {
-	case a.report <- struct{}{}:
-	default:
-	}
 }
 
 // RefreshAfter is how long after an accepted post an unchanged observed

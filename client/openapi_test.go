@@ -85,6 +85,7 @@ var inlineEnums = map[string][]string{
 	"ActionError.code":            {"timeout", "apply_failed", "server_deleted", "superseded"},
 	"AuditLogEntry.method":        {"POST", "PATCH", "DELETE", "PUT"},
 	"RuntimeEnforcement.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
+	"RuntimeEnforcement.health":   {RuntimeHealthy, RuntimeDegraded, RuntimeRestarting},
 }
 
 func strs[T ~string](vs []T) []string {

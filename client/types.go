@@ -106,6 +106,25 @@ type RuntimeEnforcement struct {
 	// served model; nil until the node reports them.
 	ContextLength *int64   `json:"context_length"`
 	Capabilities  []string `json:"capabilities"`
+	// Health is RuntimeHealthy, RuntimeDegraded (it does not serve) or
+	// RuntimeRestarting (the node restarts it; requests wait for it).
+	Health string `json:"health"`
+	// LastRestart is the node's last restart of the runtime since the
+	// server was created; nil if none.
+	LastRestart *RuntimeRestart `json:"last_restart"`
+}
+
+// Runtime health (RuntimeEnforcement.Health).
+const (
+	RuntimeHealthy    = "healthy"
+	RuntimeDegraded   = "degraded"
+	RuntimeRestarting = "restarting"
+)
+
+// RuntimeRestart is one restart of the runtime by its node.
+type RuntimeRestart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // PullProgress is a model pull while it lasts, in bytes.
