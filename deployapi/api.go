@@ -281,6 +281,7 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		// A stream's duration is observed at its end (completion.observe).
 		a.m.ObserveRequest(route, a.Model(), time.Since(start))
 	}
+	a.noteFailure(ctx)
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }
@@ -311,6 +312,7 @@ func (a *API) authenticate(ctx *fasthttp.RequestCtx) (apikeys.Key, bool) {
 		a.writeError(ctx, openai.InvalidAPIKey())
 		return apikeys.Key{}, false
 	}
+	noteKey(ctx, key.ID)
 	return key, true
 }
 

@@ -343,6 +343,7 @@ func (c *completion) observe() {
 	if c.isSSE {
 		m.ObserveRequest(c.route, model, time.Since(c.start))
 	}
+	c.api.keys.RecordOutcome(c.sl.key.ID, c.outcome())
 }
 
 // collect runs every generation to its end for an answer that is not
