@@ -3,6 +3,7 @@ module github.com/hearthd/hearth
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.1
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/hashicorp/terraform-plugin-framework v1.19.0
@@ -42,7 +43,6 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
-	github.com/chromedp/chromedp v0.23.1 // indirect
 	github.com/cloudflare/circl v1.6.3 // indirect
 	github.com/cockroachdb/errors v1.11.3 // indirect
 	github.com/cockroachdb/fifo v0.0.0-20240606204812-0bbfbd93a7ce // indirect
