@@ -200,18 +200,19 @@ func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 }
 
 // sameOrigin checks a state-changing request's Origin (or, without one,
-// its Referer) against the console's own origin.
+// its Referer) against the console's own host. Behind a proxy that ends
+// TLS the console sees plain HTTP for an https origin, so the scheme is
+// checked only when the console serves TLS itself.
 func sameOrigin(r *http.Request) bool {
-	scheme := "http"
-	if r.TLS != nil {
-		scheme = "https"
+	o := r.Header.Get("Origin")
+	if o == "" {
+		o = r.Header.Get("Referer")
 	}
-	self := scheme + "://" + r.Host
-	if o := r.Header.Get("Origin"); o != "" {
-		return o == self
+	u, err := url.Parse(o)
+	if err != nil || u.Host != r.Host || (u.Scheme != "https" && (u.Scheme != "http" || r.TLS != nil)) {
+		return false
 	}
-	ref, err := url.Parse(r.Header.Get("Referer"))
-	return err == nil && ref.Scheme+"://"+ref.Host == self
+	return true
 }
 
 // validCSRF checks the form's CSRF token against the session's.
