@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hearthd/hearth/client"
 	"github.com/hearthd/hearth/internal/controltest"
 )
 
@@ -92,33 +94,22 @@ func (b *browser) signIn(token string) {
 	}
 }
 
-// mgmt calls the management API with a token.
-func mgmt(t *testing.T, ctl *controltest.Control, token, method, path string, body any, out any) int {
+// api is the management API's client with a token.
+func api(t *testing.T, ctl *controltest.Control, token string) *client.Client {
 	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		r = strings.NewReader(string(b))
-	}
-	req, _ := http.NewRequest(method, ctl.URL+path, r)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	c, err := client.New(ctl.URL, client.WithToken(token))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if out != nil {
-		_ = json.NewDecoder(resp.Body).Decode(out)
-	}
-	return resp.StatusCode
+	return c
 }
 
 func createServer(t *testing.T, ctl *controltest.Control, token, name string) string {
 	t.Helper()
-	var s struct{ ID string }
-	if code := mgmt(t, ctl, token, "POST", "/v1/servers", map[string]any{"name": name, "chip": "cpu", "ram": 4, "storage": 20,
-		"stack": "deployment", "model": "tiny", "billing": "monthly"}, &s); code != http.StatusCreated {
-		t.Fatalf("create server: %d", code)
+	s, err := api(t, ctl, token).CreateServer(context.Background(), client.CreateServerRequest{Name: name, Chip: "cpu", RAM: 4,
+		Storage: 20, Stack: client.StackDeployment, Model: "tiny", Billing: client.BillingMonthly})
+	if err != nil {
+		t.Fatalf("create server: %v", err)
 	}
 	return s.ID
 }
@@ -190,10 +181,8 @@ func TestSessionAndSecurity(t *testing.T) {
 			t.Fatalf("%s: %d", name, p.status)
 		}
 	}
-	var keys struct{ Data []any }
-	mgmt(t, ctl, ctl.Token, "GET", "/v1/ssh-keys", nil, &keys)
-	if len(keys.Data) != 0 {
-		t.Fatalf("a refused form made %d keys", len(keys.Data))
+	if keys, err := api(t, ctl, ctl.Token).ListSSHKeys(context.Background(), client.ListParams{}); err != nil || len(keys.Data) != 0 {
+		t.Fatalf("a refused form made keys: %+v %v", keys, err)
 	}
 
 	// The API's message, beside the field it names.
@@ -248,8 +237,8 @@ func TestProjectIsolation(t *testing.T) {
 	if p := b.post("/console/servers/"+idA+"/delete", url.Values{"confirm": {"alpha"}, "csrf": {b.csrf()}}, ""); p.status != http.StatusNotFound {
 		t.Fatalf("B deletes A's server: %d", p.status)
 	}
-	if code := mgmt(t, ctl, ctl.Token, "GET", "/v1/servers/"+idA, nil, nil); code != http.StatusOK {
-		t.Fatalf("A's server after B's attempt: %d", code)
+	if s, err := api(t, ctl, ctl.Token).GetServer(context.Background(), idA); err != nil || s.Status == client.StatusDeleting {
+		t.Fatalf("A's server after B's attempt: %+v %v", s, err)
 	}
 }
 
@@ -270,10 +259,8 @@ func TestReadOnly(t *testing.T) {
 	if p.status != http.StatusForbidden || !strings.Contains(p.body, "read-only") {
 		t.Fatalf("read-only write: %d\n%s", p.status, p.body)
 	}
-	var rules struct{ Data []any }
-	mgmt(t, ctl, ctl.Token, "GET", "/v1/servers/"+id+"/firewall-rules", nil, &rules)
-	if len(rules.Data) != 0 {
-		t.Fatalf("read-only token made %d rules", len(rules.Data))
+	if rules, err := api(t, ctl, ctl.Token).ListFirewallRules(context.Background(), id, client.ListParams{}); err != nil || len(rules.Data) != 0 {
+		t.Fatalf("read-only token made rules: %+v %v", rules, err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -242,6 +243,15 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, view)) http.
 	}
 }
 
+// formFields are the inputs of each form, named as the API's fields, so
+// that an error's param marks the input it is about.
+var formFields = map[string][]string{
+	"create": {"name", "model", "chip", "ram", "storage", "ssh_key_ids"},
+	"key":    {"name", "requests_per_minute", "tokens_per_minute", "expires_at"},
+	"rule":   {"direction", "protocol", "action", "port_range", "source", "destination", "description"},
+	"sshkey": {"name", "public_key"},
+}
+
 // fail shows an API error: a revoked token ends the session, a missing
 // resource is a 404 page; any other error is shown on the page again
 // (again), beside the field the API names.
@@ -281,7 +291,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v view, err error
 	if ae.RetryAfter > 0 {
 		msg += fmt.Sprintf(" (retry in %s)", ae.RetryAfter.Round(time.Second))
 	}
-	if ae.Param != "" {
+	if slices.Contains(formFields[form], ae.Param) {
 		p.Errors[form+"."+ae.Param] = msg
 		p.Errors[form] = "Check the field marked below."
 	} else {
@@ -399,7 +409,7 @@ func (c *Console) signOut(w http.ResponseWriter, r *http.Request, v view) {
 func (c *Console) tokenPage(w http.ResponseWriter, r *http.Request, v view) {
 	p := v.newPage("Token", "token")
 	p.Data = map[string]any{"ProjectID": v.ident.Project, "Created": v.created,
-		"Ends": v.created.Add(c.cfg.MaxAge), "Idle": c.cfg.IdleTimeout}
+		"Ends": v.created.Add(c.cfg.MaxAge), "Idle": fmt.Sprintf("%.0f minutes", c.cfg.IdleTimeout.Minutes())}
 	c.render(w, r, http.StatusOK, "token", p)
 }
 
@@ -732,17 +742,6 @@ func (c *Console) createKey(w http.ResponseWriter, r *http.Request, v view) {
 	http.Redirect(w, r, dest+"#api-keys", http.StatusSeeOther)
 }
 
-func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, v view) {
-	cx, cancel := ctx(r)
-	defer cancel()
-	if err := v.api.DeleteAPIKey(cx, r.PathValue("id"), r.PathValue("key")); err != nil {
-		c.fail(w, r, v, err, "", nil)
-		return
-	}
-	v.setFlash(flash{msg: "API key revoked: the node refuses it from its next update."})
-	http.Redirect(w, r, "/console/servers/"+url.PathEscape(r.PathValue("id"))+"#api-keys", http.StatusSeeOther)
-}
-
 func (c *Console) createRule(w http.ResponseWriter, r *http.Request, v view) {
 	f := r.PostForm
 	req := client.CreateFirewallRuleRequest{Direction: client.Direction(f.Get("direction")), Protocol: client.Protocol(f.Get("protocol")),
@@ -756,17 +755,6 @@ func (c *Console) createRule(w http.ResponseWriter, r *http.Request, v view) {
 		return
 	}
 	v.setFlash(flash{msg: "Firewall rule added."})
-	http.Redirect(w, r, "/console/servers/"+url.PathEscape(r.PathValue("id"))+"#firewall", http.StatusSeeOther)
-}
-
-func (c *Console) deleteRule(w http.ResponseWriter, r *http.Request, v view) {
-	cx, cancel := ctx(r)
-	defer cancel()
-	if err := v.api.DeleteFirewallRule(cx, r.PathValue("id"), r.PathValue("rule")); err != nil {
-		c.fail(w, r, v, err, "", nil)
-		return
-	}
-	v.setFlash(flash{msg: "Firewall rule deleted."})
 	http.Redirect(w, r, "/console/servers/"+url.PathEscape(r.PathValue("id"))+"#firewall", http.StatusSeeOther)
 }
 
@@ -853,13 +841,34 @@ func (c *Console) createSSHKey(w http.ResponseWriter, r *http.Request, v view) {
 	http.Redirect(w, r, "/console/ssh-keys", http.StatusSeeOther)
 }
 
-func (c *Console) deleteSSHKey(w http.ResponseWriter, r *http.Request, v view) {
-	cx, cancel := ctx(r)
-	defer cancel()
-	if err := v.api.DeleteSSHKey(cx, r.PathValue("id")); err != nil {
-		c.fail(w, r, v, err, "", nil)
-		return
+// remove runs a deletion through the API and goes back to dest, saying
+// msg.
+func (c *Console) remove(del func(context.Context) error, msg, dest string) func(http.ResponseWriter, *http.Request, view) {
+	return func(w http.ResponseWriter, r *http.Request, v view) {
+		cx, cancel := ctx(r)
+		defer cancel()
+		if err := del(cx); err != nil {
+			c.fail(w, r, v, err, "", nil)
+			return
+		}
+		v.setFlash(flash{msg: msg})
+		http.Redirect(w, r, dest, http.StatusSeeOther)
 	}
-	v.setFlash(flash{msg: "SSH key deleted."})
-	http.Redirect(w, r, "/console/ssh-keys", http.StatusSeeOther)
+}
+
+func (c *Console) revokeKey(w http.ResponseWriter, r *http.Request, v view) {
+	id := r.PathValue("id")
+	c.remove(func(cx context.Context) error { return v.api.DeleteAPIKey(cx, id, r.PathValue("key")) },
+		"API key revoked: the node refuses it from its next update.", "/console/servers/"+url.PathEscape(id)+"#api-keys")(w, r, v)
+}
+
+func (c *Console) deleteRule(w http.ResponseWriter, r *http.Request, v view) {
+	id := r.PathValue("id")
+	c.remove(func(cx context.Context) error { return v.api.DeleteFirewallRule(cx, id, r.PathValue("rule")) },
+		"Firewall rule deleted.", "/console/servers/"+url.PathEscape(id)+"#firewall")(w, r, v)
+}
+
+func (c *Console) deleteSSHKey(w http.ResponseWriter, r *http.Request, v view) {
+	c.remove(func(cx context.Context) error { return v.api.DeleteSSHKey(cx, r.PathValue("id")) },
+		"SSH key deleted.", "/console/ssh-keys")(w, r, v)
 }

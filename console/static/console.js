@@ -38,7 +38,7 @@ function selectText(el) {
   if (!badges.length) return;
   var watch = document.querySelector("[data-watch]");
   var url = "/console/servers/status" + (watch ? "?id=" + encodeURIComponent(watch.getAttribute("data-watch")) : "");
-  var settled = { running: true, failed: true };
+  var settled = { running: true, failed: true, deleted: true };
   function unsettled() {
     for (var i = 0; i < badges.length; i++) {
       if (!settled[badges[i].getAttribute("data-status")]) return true;
@@ -65,7 +65,12 @@ function selectText(el) {
       });
       badges.forEach(function (b) {
         var id = b.getAttribute("data-status-for");
-        if (!watch && !seen[id]) { b.textContent = "deleted"; b.setAttribute("data-status", "failed"); }
+        if (!watch && !seen[id]) {
+          b.textContent = "deleted";
+          b.setAttribute("data-status", "deleted");
+          var d = document.querySelector('[data-detail-for="' + id + '"]');
+          if (d) d.textContent = "";
+        }
       });
       if (watch) {
         var now = document.querySelector('[data-status-for="' + watch.getAttribute("data-watch") + '"]');
