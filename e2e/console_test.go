@@ -200,6 +200,19 @@ func TestConsoleBrowser(t *testing.T) {
 		if n := eval("chunks", `document.getElementById("pg-output").getAttribute("data-tokens") || "0"`); n == "0" || n == "1" || text("#pg-output") == "" {
 			t.Fatalf("playground streamed %s chunks: %q", n, text("#pg-output"))
 		}
+		// Stop ends a long answer while it streams: the browser drops the
+		// stream, and the page says so.
+		do("a long answer", chromedp.SetValue(chromedp.CSS("#pg-max-tokens"), "1500"), chromedp.Click(chromedp.CSS("#pg-send")))
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`Number(document.getElementById("pg-output").getAttribute("data-tokens")) >= 3`,
+			chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+			t.Fatalf("long answer: %v; status %q", err, text("#pg-status"))
+		}
+		do("stop", chromedp.Click(chromedp.CSS("#pg-stop")))
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("pg-status").textContent.startsWith("Stopped")`,
+			chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+			t.Fatalf("stop: %v; status %q", err, text("#pg-status"))
+		}
+		do("short again", chromedp.SetValue(chromedp.CSS("#pg-max-tokens"), "12"))
 	} else {
 		// Without CORS on the deployment API (a hearthd without
 		// --cors-allowed-origins) the browser refuses the answer: the page

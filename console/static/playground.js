@@ -53,6 +53,7 @@
   form.addEventListener("submit", function (ev) {
     ev.preventDefault();
     if (controller) return;
+    showCurl();
     out.textContent = "";
     status.textContent = "Waiting for the model…";
     send.disabled = true;
