@@ -68,6 +68,16 @@ func TestConsoleBrowser(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// nav runs steps that load another page (a link, a form) and returns
+	// once it has loaded, with its HTTP status.
+	nav := func(what string, steps ...chromedp.Action[chromedp.Void]) int64 {
+		t.Helper()
+		resp, err := chromedp.RunResponse(bctx, steps...)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return resp.Status
+	}
 	eval := func(what, js string) string {
 		t.Helper()
 		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](js, chromedp.EvalAwaitPromise))
@@ -116,35 +126,41 @@ func TestConsoleBrowser(t *testing.T) {
 	// Signed out: sign-in, then back to the page asked for.
 	do("open", chromedp.Navigate(console+"/ssh-keys"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	check("sign-in")
-	do("sign in", chromedp.SendKeys(chromedp.CSS("#token"), ctl.token), chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS("#sshkey-form")))
+	do("token", chromedp.SendKeys(chromedp.CSS("#token"), ctl.token))
+	nav("sign in", chromedp.Click(chromedp.CSS("#sign-in")))
+	do("back on the page asked for", chromedp.WaitVisible(chromedp.CSS("#sshkey-form")))
 
-	do("add an SSH key", chromedp.SendKeys(chromedp.CSS("#sshkey-name"), "laptop"),
-		chromedp.SetValue(chromedp.CSS("#sshkey-public_key"), genPubKey(t, "laptop")),
-		chromedp.Click(chromedp.CSS("#add-ssh-key")), chromedp.WaitVisible(chromedp.CSS("table#ssh-keys")))
+	do("an SSH key", chromedp.SendKeys(chromedp.CSS("#sshkey-name"), "laptop"),
+		chromedp.SetValue(chromedp.CSS("#sshkey-public_key"), genPubKey(t, "laptop")))
+	nav("add it", chromedp.Click(chromedp.CSS("#add-ssh-key")))
+	do("listed", chromedp.WaitVisible(chromedp.CSS("table#ssh-keys")))
 	if s := text("table#ssh-keys"); !strings.Contains(s, "laptop") || !strings.Contains(s, "SHA256:") {
 		t.Fatalf("SSH keys table: %q", s)
 	}
 	check("ssh-keys")
 
 	do("servers", chromedp.Navigate(console+"/servers"), chromedp.WaitVisible(chromedp.CSS("#create-form")))
-	do("a refused create", chromedp.SendKeys(chromedp.CSS("#create-name"), "Not A Name!"),
-		chromedp.SendKeys(chromedp.CSS("#create-model"), inst.Model), chromedp.Click(chromedp.CSS("#create-server")),
-		chromedp.WaitVisible(chromedp.CSS("#create-name-err")))
+	do("a bad name", chromedp.SendKeys(chromedp.CSS("#create-name"), "Not A Name!"),
+		chromedp.SendKeys(chromedp.CSS("#create-model"), inst.Model))
+	if st := nav("a refused create", chromedp.Click(chromedp.CSS("#create-server"))); st != http.StatusBadRequest {
+		t.Fatalf("a refused create: %d", st)
+	}
+	do("the message", chromedp.WaitVisible(chromedp.CSS("#create-name-err")))
 	if s := text("#create-name-err"); s == "" {
 		t.Fatal("no message beside the name")
 	}
-	do("create", chromedp.SetValue(chromedp.CSS("#create-name"), "demo"), chromedp.Click(chromedp.CSS(`input[name="ssh_key_ids"]`)),
-		chromedp.Click(chromedp.CSS("#create-server")), chromedp.WaitVisible(chromedp.CSS("[data-watch]")))
+	do("a good name", chromedp.SetValue(chromedp.CSS("#create-name"), "demo"), chromedp.Click(chromedp.CSS(`input[name="ssh_key_ids"]`)))
+	nav("create", chromedp.Click(chromedp.CSS("#create-server")))
+	do("the server's page", chromedp.WaitVisible(chromedp.CSS("[data-watch]")))
 	loc, _ := chromedp.Run(bctx, chromedp.Location())
 	serverPath := strings.TrimPrefix(loc, ctl.url)
 	serverID := strings.TrimPrefix(serverPath, "/console/servers/")
 	if !strings.HasPrefix(serverID, "srv_") {
 		t.Fatalf("after create: %s", loc)
 	}
-	// The page polls the status and shows the running server.
-	do("running", chromedp.WaitVisible(chromedp.CSS(`[data-watch] .status[data-status="running"]`)),
-		chromedp.WaitVisible(chromedp.CSS("#open-playground")))
+	// The page polls the status until the server runs.
+	do("running", chromedp.WaitVisible(chromedp.CSS(`[data-watch] .status[data-status="running"]`)))
+	do("reload", chromedp.Navigate(loc), chromedp.WaitVisible(chromedp.CSS("#open-playground")))
 	if s := text("#deployment-url"); s != "http://"+addr+"/api/v1" {
 		t.Fatalf("deployment URL %q", s)
 	}
@@ -152,8 +168,9 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("python snippet %q", s)
 	}
 
-	do("create a key", chromedp.SendKeys(chromedp.CSS("#key-name"), "app"), chromedp.SendKeys(chromedp.CSS("#key-requests_per_minute"), "600"),
-		chromedp.Click(chromedp.CSS("#create-key")), chromedp.WaitVisible(chromedp.CSS("#new-secret")))
+	do("a key", chromedp.SendKeys(chromedp.CSS("#key-name"), "app"), chromedp.SendKeys(chromedp.CSS("#key-requests_per_minute"), "600"))
+	nav("create the key", chromedp.Click(chromedp.CSS("#create-key")))
+	do("its secret", chromedp.WaitVisible(chromedp.CSS("#new-secret")))
 	secret := text("#new-secret")
 	if !strings.HasPrefix(secret, "hearth_live_") {
 		t.Fatalf("secret %q", secret)
@@ -163,8 +180,11 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatal("the secret is shown a second time")
 	}
 
-	do("a refused rule", chromedp.SendKeys(chromedp.CSS("#rule-port_range"), "99999"), chromedp.Click(chromedp.CSS("#add-rule")),
-		chromedp.WaitVisible(chromedp.CSS("#rule-port_range-err")))
+	do("a bad port", chromedp.SendKeys(chromedp.CSS("#rule-port_range"), "99999"))
+	if st := nav("a refused rule", chromedp.Click(chromedp.CSS("#add-rule"))); st != http.StatusBadRequest {
+		t.Fatalf("a refused rule: %d", st)
+	}
+	do("the message", chromedp.WaitVisible(chromedp.CSS("#rule-port_range-err")))
 	var apiErr struct {
 		Error struct{ Message, Param string }
 	}
@@ -173,14 +193,15 @@ func TestConsoleBrowser(t *testing.T) {
 	if s := text("#rule-port_range-err"); apiErr.Error.Param != "port_range" || !strings.Contains(s, apiErr.Error.Message) {
 		t.Fatalf("beside the ports %q, the API says %+v", s, apiErr)
 	}
-	do("add a rule", chromedp.SetValue(chromedp.CSS("#rule-port_range"), "22"), chromedp.SetValue(chromedp.CSS("#rule-source"), "192.0.2.0/24"),
-		chromedp.Click(chromedp.CSS("#add-rule")), chromedp.WaitVisible(chromedp.CSS("#rules tr[data-rule]")))
+	do("a rule", chromedp.SetValue(chromedp.CSS("#rule-port_range"), "22"), chromedp.SetValue(chromedp.CSS("#rule-source"), "192.0.2.0/24"))
+	nav("add the rule", chromedp.Click(chromedp.CSS("#add-rule")))
+	do("listed", chromedp.WaitVisible(chromedp.CSS("#rules tr[data-rule]")))
 	if s := text("#rules"); !strings.Contains(s, "192.0.2.0/24") || !strings.Contains(s, "22") {
 		t.Fatalf("rules %q", s)
 	}
 	check("server")
-	do("delete the rule", chromedp.Click(chromedp.CSS("#rules button.danger")), chromedp.WaitVisible(chromedp.CSS("#rule-form")),
-		chromedp.WaitNotPresent(chromedp.CSS("#rules")))
+	nav("delete the rule", chromedp.Click(chromedp.CSS("#rules button.danger")))
+	do("gone", chromedp.WaitVisible(chromedp.CSS("#rule-form")), chromedp.WaitNotPresent(chromedp.CSS("#rules")))
 	var rules struct{ Data []any }
 	ctl.api("GET", "/v1/servers/"+serverID+"/firewall-rules", nil, &rules)
 	if len(rules.Data) != 0 {
@@ -188,7 +209,8 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 
 	// The playground: the browser streams from the deployment API.
-	do("playground", chromedp.Click(chromedp.CSS("#open-playground")), chromedp.WaitVisible(chromedp.CSS("#pg-key")),
+	nav("playground", chromedp.Click(chromedp.CSS("#open-playground")))
+	do("the key and parameters", chromedp.WaitVisible(chromedp.CSS("#pg-key")),
 		chromedp.SetValue(chromedp.CSS("#pg-key"), secret), chromedp.SetValue(chromedp.CSS("#pg-max-tokens"), "12"),
 		chromedp.SetValue(chromedp.CSS("#pg-temperature"), "0.5"))
 	do("send", chromedp.Click(chromedp.CSS("#pg-send")))
@@ -229,26 +251,32 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	check("playground")
 
-	do("revoke", chromedp.Navigate(loc), chromedp.WaitVisible(chromedp.CSS("#keys")), chromedp.Click(chromedp.CSS("#keys button.danger")),
-		chromedp.WaitVisible(chromedp.CSS("#key-form")), chromedp.WaitNotPresent(chromedp.CSS("#keys")))
+	do("back", chromedp.Navigate(loc), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	nav("revoke", chromedp.Click(chromedp.CSS("#keys button.danger")))
+	do("revoked", chromedp.WaitVisible(chromedp.CSS("#key-form")), chromedp.WaitNotPresent(chromedp.CSS("#keys")))
 	var keys struct{ Data []any }
 	ctl.api("GET", "/v1/servers/"+serverID+"/api-keys", nil, &keys)
 	if len(keys.Data) != 0 {
 		t.Fatalf("keys left: %v", keys.Data)
 	}
 
-	do("delete", chromedp.Click(chromedp.CSS("#delete-server")), chromedp.WaitVisible(chromedp.CSS("#delete-confirm")))
+	nav("delete", chromedp.Click(chromedp.CSS("#delete-server")))
+	do("the confirmation", chromedp.WaitVisible(chromedp.CSS("#delete-confirm")))
 	if s := text("h1"); !strings.Contains(s, "demo") {
 		t.Fatalf("confirmation %q does not name the server", s)
 	}
 	check("delete")
-	do("wrong name", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), "dem"), chromedp.Click(chromedp.CSS("#confirm-delete")),
-		chromedp.WaitVisible(chromedp.CSS("#delete-confirm-err")))
+	do("a wrong name", chromedp.SendKeys(chromedp.CSS("#delete-confirm"), "dem"))
+	if st := nav("refused", chromedp.Click(chromedp.CSS("#confirm-delete"))); st != http.StatusBadRequest {
+		t.Fatalf("a wrong confirmation: %d", st)
+	}
+	do("the message", chromedp.WaitVisible(chromedp.CSS("#delete-confirm-err")))
 	if code := ctl.api("GET", "/v1/servers/"+serverID, nil, nil); code != http.StatusOK {
 		t.Fatalf("server after a wrong confirmation: %d", code)
 	}
-	do("confirm", chromedp.SetValue(chromedp.CSS("#delete-confirm"), "demo"), chromedp.Click(chromedp.CSS("#confirm-delete")),
-		chromedp.WaitVisible(chromedp.CSS("#create-form")))
+	do("the name", chromedp.SetValue(chromedp.CSS("#delete-confirm"), "demo"))
+	nav("confirm", chromedp.Click(chromedp.CSS("#confirm-delete")))
+	do("the list", chromedp.WaitVisible(chromedp.CSS("#create-form")))
 	if s := text(".flash"); !strings.Contains(s, "demo is being deleted") {
 		t.Fatalf("after delete: %q", s)
 	}
@@ -259,7 +287,8 @@ func TestConsoleBrowser(t *testing.T) {
 
 	do("token", chromedp.Navigate(console+"/token"), chromedp.WaitVisible(chromedp.CSS("#sign-out")))
 	check("token")
-	do("sign out", chromedp.Click(chromedp.CSS("#sign-out")), chromedp.WaitVisible(chromedp.CSS("#token")))
+	nav("sign out", chromedp.Click(chromedp.CSS("#sign-out")))
+	do("the sign-in page", chromedp.WaitVisible(chromedp.CSS("#token")))
 	do("signed out", chromedp.Navigate(console+"/servers"), chromedp.WaitVisible(chromedp.CSS("#token")))
 }
 

@@ -31,8 +31,7 @@ function selectText(el) {
 
 // Live status: every status badge on the page is refreshed from
 // /console/servers/status every two seconds while some server is not
-// settled; a server page reloads when its server turns running, to show
-// what a running server has.
+// settled. The page is never reloaded under the user, who may be typing.
 (function () {
   var badges = document.querySelectorAll("[data-status-for]");
   if (!badges.length) return;
@@ -52,6 +51,7 @@ function selectText(el) {
         location.href = "/console/sign-in?expired=1&next=" + encodeURIComponent(location.pathname);
         return null;
       }
+      if (resp.status === 404) return []; // the watched server is gone
       return resp.ok ? resp.json() : null;
     }).then(function (list) {
       if (!list) return;
@@ -65,20 +65,13 @@ function selectText(el) {
       });
       badges.forEach(function (b) {
         var id = b.getAttribute("data-status-for");
-        if (!watch && !seen[id]) {
+        if (!seen[id]) {
           b.textContent = "deleted";
           b.setAttribute("data-status", "deleted");
           var d = document.querySelector('[data-detail-for="' + id + '"]');
           if (d) d.textContent = "";
         }
       });
-      if (watch) {
-        var now = document.querySelector('[data-status-for="' + watch.getAttribute("data-watch") + '"]');
-        if (now && now.getAttribute("data-status") === "running" && watch.getAttribute("data-initial") !== "running") {
-          location.reload();
-          return;
-        }
-      }
     }).catch(function () {}).then(function () { setTimeout(tick, 2000); });
   }
   setTimeout(tick, 2000);
