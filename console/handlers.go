@@ -352,6 +352,10 @@ func (c *Console) startSession(w http.ResponseWriter, r *http.Request, token str
 	if err != nil {
 		return err
 	}
+	// A new sign-in replaces the browser's session, if it had one.
+	if ck, err := r.Cookie(cookieName); err == nil {
+		c.sessions.revoke(ck.Value)
+	}
 	id, _ := c.sessions.create(token, ident, api)
 	setSessionCookie(w, r, id, c.cfg.MaxAge)
 	return nil

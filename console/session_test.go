@@ -57,11 +57,14 @@ func noFollow() *http.Client {
 	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-func signIn(t *testing.T, ts *httptest.Server, next string) (*http.Cookie, string) {
+func signIn(t *testing.T, ts *httptest.Server, next string, had *http.Cookie) (*http.Cookie, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", ts.URL+"/console/sign-in", strings.NewReader(url.Values{"token": {"hct_good"}, "next": {next}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", ts.URL)
+	if had != nil {
+		req.AddCookie(had)
+	}
 	resp, err := noFollow().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +95,7 @@ func get(t *testing.T, ts *httptest.Server, path string, ck *http.Cookie) *http.
 func TestSessionExpiry(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	ts := newTestConsole(t, clk)
-	ck, _ := signIn(t, ts, "/console/servers")
+	ck, _ := signIn(t, ts, "/console/servers", nil)
 	if resp := get(t, ts, "/console/ssh-keys", ck); resp.StatusCode != http.StatusOK {
 		t.Fatalf("fresh session: %d", resp.StatusCode)
 	}
@@ -103,9 +106,15 @@ func TestSessionExpiry(t *testing.T) {
 		t.Fatalf("idle session: %d %q, want %q", resp.StatusCode, resp.Header.Get("Location"), want)
 	}
 	// Signing in again goes back to where the user was.
-	ck, loc := signIn(t, ts, "/console/ssh-keys?x=1")
+	ck, loc := signIn(t, ts, "/console/ssh-keys?x=1", nil)
 	if loc != "/console/ssh-keys?x=1" {
 		t.Fatalf("back to %q", loc)
+	}
+	// Signing in over a live session ends that one.
+	old := ck
+	ck, _ = signIn(t, ts, "/console/servers", old)
+	if resp := get(t, ts, "/console/servers", old); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("the replaced session: %d", resp.StatusCode)
 	}
 	// Used every 9 minutes, it still ends an hour after sign-in.
 	for i := 0; i < 6; i++ {
