@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/hearthd/hearth/internal/testutil"
 )
@@ -25,11 +27,14 @@ var axeJS string
 // model: sign in, add an SSH key, a refused create (the API's message
 // beside the name), create a deployment and watch it turn running, create
 // an API key and read its secret once, chat in the playground with tokens
-// streaming from the deployment API, a refused and an added firewall rule,
+// streaming from the deployment API and stop a long answer (where hearthd
+// can allow the console's origin; else the page must say why the browser
+// was refused), a refused and an added firewall rule,
 // delete it, revoke the key, delete the server after a confirmation naming
 // it, sign out. Every page passes axe-core with no serious or critical
-// violation and fits a 375 px wide screen. With HEARTH_CONSOLE_SCREENSHOTS
-// set to a directory (make console-screenshots), each page is saved there.
+// violation, every enabled control is reached by Tab, and every page fits
+// a 375 px wide screen. With HEARTH_CONSOLE_SCREENSHOTS set to a directory
+// (make console-screenshots), each page is saved there.
 func TestConsoleBrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -94,8 +99,8 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		return v
 	}
-	// check runs axe-core on the page, checks it fits 375 px, and saves a
-	// screenshot when asked.
+	// check runs axe-core on the page, tabs through its controls, checks it
+	// fits 375 px, and saves a screenshot when asked.
 	check := func(name string) {
 		t.Helper()
 		eval("inject axe-core", axeJS+";'ok'")
@@ -104,6 +109,29 @@ func TestConsoleBrowser(t *testing.T) {
 				.map(v => ({id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map(n => n.target.join(" "))}))))`)
 		if v != "[]" {
 			t.Errorf("page %s: axe-core violations: %s", name, v)
+		}
+		// Every enabled control is reached by the Tab key, in turn.
+		n := eval("controls", `(() => {
+			let i = 0;
+			for (const e of document.querySelectorAll("a[href], button, input, select, textarea, [tabindex]")) {
+				if (e.disabled || e.type === "hidden" || e.closest("fieldset:disabled") || e.tabIndex < 0) continue;
+				e.dataset.kb = String(i++);
+			}
+			document.activeElement && document.activeElement.blur();
+			return String(i);
+		})()`)
+		// A date input takes a Tab per field of its own: give every
+		// control a few.
+		reached := map[string]bool{}
+		for i := 0; i < 6*atoi(n)+6 && len(reached) <= atoi(n); i++ {
+			do("tab", chromedp.KeyEvent(kb.Tab))
+			reached[eval("focus", `(document.activeElement && document.activeElement.dataset.kb) || ""`)] = true
+		}
+		for i := 0; i < atoi(n); i++ {
+			if !reached[strconv.Itoa(i)] {
+				t.Errorf("page %s: control %d of %s is not reached by Tab: %s", name, i, n,
+					eval("which", `document.querySelector('[data-kb="`+strconv.Itoa(i)+`"]').outerHTML.slice(0, 200)`))
+			}
 		}
 		do("375 px", chromedp.EmulateViewport(375, 800))
 		if w := eval("width", `String(document.documentElement.scrollWidth)`); w != "375" {
@@ -297,6 +325,11 @@ func hearthdHasFlag(t *testing.T, name string) bool {
 	t.Helper()
 	out, _ := exec.Command(binary(t, "hearthd"), "serve", "--help").CombinedOutput()
 	return strings.Contains(string(out), "-"+name+" ")
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 func jsString(s string) string {
