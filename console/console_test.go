@@ -297,3 +297,27 @@ func TestSignInLink(t *testing.T) {
 		t.Fatalf("link for a bad token: %v %v", resp, err)
 	}
 }
+
+// A token revoked while its session lives ends the session at its next
+// page, which sends the user to sign-in and back.
+func TestRevokedToken(t *testing.T) {
+	ctl := controltest.Start(t, &bins)
+	b := newBrowser(t, ctl.URL)
+	b.signIn(ctl.NewToken("default", "short-lived", false))
+	var toks []struct{ ID, Name string }
+	if err := json.Unmarshal([]byte(ctl.CLI("tokens", "list", "--json")), &toks); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range toks {
+		if tok.Name == "short-lived" {
+			ctl.CLI("tokens", "revoke", tok.ID)
+		}
+	}
+	p := b.get("/console/ssh-keys")
+	if p.status != http.StatusSeeOther || p.location() != "/console/sign-in?expired=1&next=%2Fconsole%2Fssh-keys" {
+		t.Fatalf("revoked token: %d %q", p.status, p.location())
+	}
+	if p := b.get("/console/servers"); p.status != http.StatusSeeOther || p.location() != "/console/sign-in?next=%2Fconsole%2Fservers" {
+		t.Fatalf("after the revoked token: %d %q", p.status, p.location())
+	}
+}

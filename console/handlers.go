@@ -220,27 +220,39 @@ func (c *Console) authed(h func(http.ResponseWriter, *http.Request, view)) http.
 			}
 		}
 		if ss == nil {
-			next := r.URL.RequestURI()
-			if post || strings.HasSuffix(r.URL.Path, "/status") {
-				next = "/console/servers"
-				if ref, err := url.Parse(r.Referer()); err == nil && strings.HasPrefix(ref.Path, "/console/") {
-					next = ref.RequestURI()
-				}
-			}
 			if strings.HasSuffix(r.URL.Path, "/status") {
-				w.WriteHeader(http.StatusUnauthorized)
+				w.WriteHeader(http.StatusUnauthorized) // the polling script signs in again
 				return
 			}
-			http.Redirect(w, r, "/console/sign-in?next="+url.QueryEscape(next), http.StatusSeeOther)
+			http.Redirect(w, r, "/console/sign-in?next="+url.QueryEscape(returnTo(r)), http.StatusSeeOther)
 			return
 		}
+		v := view{session: ss, id: id}
 		if post && !validCSRF(r, ss) {
-			c.render(w, r, http.StatusForbidden, "error", &page{Title: "Refused", Signed: true, CSRF: ss.csrf,
-				Error: "This form has expired or was not sent by this console; reload the page and try again."})
+			c.render(w, r, http.StatusForbidden, "error", v.errorPage("Refused",
+				"This form has expired or was not sent by this console; reload the page and try again."))
 			return
 		}
-		h(w, r, view{session: ss, id: id})
+		h(w, r, v)
 	}
+}
+
+// returnTo is where a user sent to sign-in comes back to: the page asked
+// for, or for a form the page it was on.
+func returnTo(r *http.Request) string {
+	if r.Method == http.MethodGet {
+		return r.URL.RequestURI()
+	}
+	if ref, err := url.Parse(r.Referer()); err == nil && strings.HasPrefix(ref.Path, "/console/") {
+		return ref.RequestURI()
+	}
+	return "/console/servers"
+}
+
+func (v view) errorPage(title, msg string) *page {
+	p := v.newPage(title, "")
+	p.Error = msg
+	return p
 }
 
 // formFields are the inputs of each form, named as the API's fields, so
@@ -254,24 +266,22 @@ var formFields = map[string][]string{
 
 // fail shows an API error: a revoked token ends the session, a missing
 // resource is a 404 page; any other error is shown on the page again
-// (again), beside the field the API names.
+// renders (nil: an error page), beside the input its param names.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, v view, err error, form string, again func(*page) (string, *page)) {
 	var ae client.APIError
 	if !errors.As(err, &ae) {
 		c.log.Error("console: API call", "err", err)
-		c.render(w, r, http.StatusBadGateway, "error", &page{Title: "Error", Signed: true, CSRF: v.csrf,
-			Error: "The management API could not be reached; try again."})
+		c.render(w, r, http.StatusBadGateway, "error", v.errorPage("Error", "The management API could not be reached; try again."))
 		return
 	}
 	switch {
 	case ae.StatusCode == http.StatusUnauthorized:
 		c.sessions.revoke(v.id)
 		clearSessionCookie(w, r)
-		http.Redirect(w, r, "/console/sign-in?expired=1&next="+url.QueryEscape("/console/servers"), http.StatusSeeOther)
+		http.Redirect(w, r, "/console/sign-in?expired=1&next="+url.QueryEscape(returnTo(r)), http.StatusSeeOther)
 		return
 	case ae.StatusCode == http.StatusNotFound && (again == nil || ae.Param == "" || ae.Param == "id" || ae.Param == "server_id"):
-		c.render(w, r, http.StatusNotFound, "error", &page{Title: "Not found", Signed: true, CSRF: v.csrf,
-			Project: v.ident.ProjectName, Error: ae.Message})
+		c.render(w, r, http.StatusNotFound, "error", v.errorPage("Not found", ae.Message))
 		return
 	}
 	status := ae.StatusCode
@@ -279,7 +289,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, v view, err error
 		status = http.StatusBadGateway
 	}
 	if again == nil {
-		c.render(w, r, status, "error", &page{Title: "Error", Signed: true, CSRF: v.csrf, Error: ae.Message})
+		c.render(w, r, status, "error", v.errorPage("Error", ae.Message))
 		return
 	}
 	name, p := again(v.newPage("", ""))
