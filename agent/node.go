@@ -72,6 +72,12 @@ type NodeConfig struct {
 	// Usage, if set, returns the cumulative use of each managed API key,
 	// reported with every observed state.
 	Usage func() []nodeapi.KeyUsage
+	// UsageBuckets, if set, returns up to limit of the usage buckets not
+	// yet accepted by the control plane, oldest first, and whether more
+	// wait; they go with the next report, and UsageAccepted is told the
+	// last sequence number of a report the control plane accepted.
+	UsageBuckets  func(limit int) (buckets []nodeapi.UsageBucket, more bool, err error)
+	UsageAccepted func(seq uint64) error
 	// ModelInfo, if set, returns what the runtime says of the served
 	// model (context length, capabilities), reported with every observed
 	// state.
@@ -343,10 +349,7 @@ func (a *Node) apply(ctx context.Context, d nodeapi.Desired, persist bool) {
 	if d.Wipe && o.TenantInForce(d.Revision) {
 		a.log.Info("server wiped: its rules, SSH keys, API keys and usage are removed", "revision", d.Revision)
 	}
-	select {
-	case a.report <- struct{}{}:
-	default:
-	}
+	a.kick()
 }
 
 // reporter posts the observed state after every apply, every change the
@@ -404,15 +407,24 @@ func (a *Node) reporter(ctx context.Context) {
 		} else {
 			applyBo.Reset()
 		}
-		// The body is compared as the control plane would read it.
+		// Usage buckets waiting go with the report; a wipe is reported
+		// with the last of them, so the tenant's use reaches the control
+		// plane before its server is gone.
+		buckets, more := a.pendingUsage()
+		if more {
+			o.Wiped = false
+		}
+		// The body is compared as the control plane would read it,
+		// without the buckets: they are posted whenever there are any.
 		body, err := json.Marshal(o)
 		if err != nil {
 			a.log.Error("encode observed state", "err", err)
 			continue
 		}
-		if periodic && bytes.Equal(body, accepted) && time.Now().Before(refreshAt) {
+		if periodic && len(buckets) == 0 && bytes.Equal(body, accepted) && time.Now().Before(refreshAt) {
 			continue
 		}
+		o.UsageBuckets = buckets
 		if err := a.client.ReportObserved(ctx, o); err != nil {
 			accepted = nil
 			if ctx.Err() != nil {
@@ -429,6 +441,36 @@ func (a *Node) reporter(ctx context.Context) {
 		}
 		accepted, refreshAt = body, time.Now().Add(RefreshAfter(a.cfg.ReportInterval, a.cfg.ReportRefresh))
 		bo.Reset()
+		if len(buckets) > 0 {
+			if err := a.cfg.UsageAccepted(buckets[len(buckets)-1].Seq); err != nil {
+				a.log.Error("drop reported usage buckets", "err", err)
+			}
+		}
+		if more {
+			a.kick()
+		}
+	}
+}
+
+// pendingUsage returns the usage buckets to report, and whether more wait
+// for another report.
+func (a *Node) pendingUsage() ([]nodeapi.UsageBucket, bool) {
+	if a.cfg.UsageBuckets == nil || a.cfg.UsageAccepted == nil {
+		return nil, false
+	}
+	b, more, err := a.cfg.UsageBuckets(nodeapi.MaxUsageBuckets)
+	if err != nil {
+		a.log.Error("read usage buckets", "err", err)
+		return nil, false
+	}
+	return b, more
+}
+
+// kick wakes the reporter.
+func (a *Node) kick() {
+	select {
+	case a.report <- struct{}{}:
+	default:
 	}
 }
 

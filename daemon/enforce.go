@@ -147,7 +147,14 @@ func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikey
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
 		OnReceive:       func(nodeapi.Desired) { m.DesiredStateReceived() },
 		Usage:           func() []nodeapi.KeyUsage { return managedUsage(keys) },
-		ModelInfo:       api.ModelInfo,
+		UsageBuckets: func(limit int) ([]nodeapi.UsageBucket, bool, error) {
+			if err := keys.SealUsage(false); err != nil {
+				return nil, false, err
+			}
+			return keys.PendingUsage(limit)
+		},
+		UsageAccepted: keys.AckUsage,
+		ModelInfo:     api.ModelInfo,
 	}, enf, api.Healthy, log), nil
 }
 

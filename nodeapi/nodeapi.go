@@ -135,6 +135,9 @@ type Observed struct {
 	APIKeysError         string   `json:"api_keys_error,omitempty"`
 	// Usage is the cumulative use of each managed API key.
 	Usage []KeyUsage `json:"usage,omitempty"`
+	// UsageBuckets are the node's usage buckets not yet accepted, oldest
+	// first (increasing Seq), at most MaxUsageBuckets.
+	UsageBuckets []UsageBucket `json:"usage_buckets,omitempty"`
 	// Wiped reports that the wipe requested at Revision is done.
 	Wiped bool `json:"wiped"`
 }

@@ -65,10 +65,46 @@ func TestTables(t *testing.T) {
 	sshKeys := []client.SSHKey{{ID: "sk_BBBBBBBBBBBBBBBBBBBBBBBB", Name: "alice@laptop", PublicKey: testKey,
 		Fingerprint: "SHA256:3ZqJ0bTkWzL3T1g7mLrKD3Zb0oQb8m2l7eP2tP0kqVw", Type: "ssh-ed25519", Bits: 256, CreatedAt: ago(26 * time.Hour)}}
 
+	fin := ago(time.Hour - 3*time.Second)
+	actions := []client.ServerAction{
+		{ID: "act_KKKKKKKKKKKKKKKKKKKKKKKK", Command: client.CommandCreate, Status: client.ActionStatusRunning, Progress: 40,
+			StartedAt: ago(time.Minute), Resources: []client.ActionResource{{Type: "server", ID: running.ID}}},
+		{ID: "act_LLLLLLLLLLLLLLLLLLLLLLLL", Command: client.CommandFirewallRuleAdd, Status: client.ActionStatusError,
+			StartedAt: ago(time.Hour), FinishedAt: &fin, Error: &client.ActionError{Code: "apply_failed", Message: "nft: no such table"},
+			Resources: []client.ActionResource{{Type: "server", ID: running.ID}, {Type: "firewall_rule", ID: rules[0].ID}}},
+	}
+	p50, p95 := 120.5, 480.0
+	day := func(i int) time.Time { return time.Date(2026, 11, 15+i, 0, 0, 0, 0, time.UTC) }
+	byKey := client.ByAPIKey
+	usage := client.Usage{Start: day(0), End: day(7), Granularity: client.Daily, GroupBy: &byKey}
+	for i := range 7 {
+		b := client.UsageBucket{Start: day(i), End: day(i + 1)}
+		for k, key := range keys {
+			r := client.UsageResult{ServerID: running.ID, APIKeyID: key.ID}
+			if k == 0 || i == 6 {
+				r.Requests, r.PromptTokens, r.CompletionTokens = int64(10*i+k), int64(100*i), int64(300*i)
+				r.TTFTP50, r.TTFTP95 = &p50, &p95
+			}
+			b.Results = append(b.Results, r)
+		}
+		usage.Data = append(usage.Data, b)
+	}
+	total := client.Usage{Start: day(0), End: day(2), Granularity: client.Daily, Data: []client.UsageBucket{
+		{Start: day(0), End: day(1), Results: []client.UsageResult{{}}},
+		{Start: day(1), End: day(2), Results: []client.UsageResult{{Requests: 4, PromptTokens: 40, CompletionTokens: 80, ReasoningTokens: 8, Errors: 1, TTFTP50: &p50, TTFTP95: &p95}}}}}
+	audit := []client.AuditLogEntry{{ID: "aud_MMMMMMMMMMMMMMMMMMMMMMMM", Time: ago(30 * time.Second), TokenID: "tok_NNNNNNNNNNNNNNNNNNNNNNNN",
+		TokenName: "ci", Method: "DELETE", Path: "/v1/servers/" + running.ID, Status: 204, RequestID: "req_1", SourceIP: "198.51.100.7",
+		ResourceIDs: []string{running.ID}, ActionIDs: []string{actions[0].ID}}}
+
 	for _, tc := range []struct {
 		name   string
 		render func(*bytes.Buffer) error
 	}{
+		{"actions", func(b *bytes.Buffer) error { return renderActions(b, actions, now) }},
+		{"action", func(b *bytes.Buffer) error { return renderAction(b, actions[1], now) }},
+		{"usage-by-key", func(b *bytes.Buffer) error { return renderUsage(b, usage, true) }},
+		{"usage", func(b *bytes.Buffer) error { return renderUsage(b, total, false) }},
+		{"audit-log", func(b *bytes.Buffer) error { return renderAuditLog(b, audit, now) }},
 		{"servers", func(b *bytes.Buffer) error { return renderServers(b, []client.Server{running, pulling, bare}, now) }},
 		{"server-running", func(b *bytes.Buffer) error { return renderServer(b, running, now) }},
 		{"server-updating", func(b *bytes.Buffer) error { return renderServer(b, pulling, now) }},

@@ -70,8 +70,11 @@ func renderServers(w io.Writer, servers []client.Server, now time.Time) error {
 	return t.flush()
 }
 
+// newFieldWriter aligns "Field: value" lines.
+func newFieldWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 1, ' ', 0) }
+
 func renderServer(w io.Writer, s client.Server, now time.Time) error {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)}
+	t := &table{tw: newFieldWriter(w)}
 	field := func(k, v string) { t.row(k+":", v) }
 	field("ID", s.ID)
 	field("Name", s.Name)
