@@ -69,7 +69,9 @@ var funcs = template.FuncMap{
 		}
 		return false
 	},
-	"diagnose": client.Diagnose,
+	"diagnose":    client.Diagnose,
+	"command":     commandName,
+	"actionError": actionError,
 	// dict and list build the arguments of the field templates.
 	"dict": func(kv ...any) (map[string]any, error) {
 		if len(kv)%2 != 0 {
@@ -85,7 +87,14 @@ var funcs = template.FuncMap{
 		}
 		return m, nil
 	},
-	"list": func(s ...string) []string { return s },
+	"list":  func(s ...string) []string { return s },
+	"lower": strings.ToLower,
+	"plural": func(n int64, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
+	},
 }
 
 // Handler serves the console under /console/.
@@ -563,10 +572,16 @@ type serverData struct {
 	Keys    []client.APIKey
 	Rules   []client.FirewallRule
 	SSHKeys []client.SSHKey
-	// Usage sums the keys' cumulative counters.
+	// Requests, PromptTokens and CompletionTokens sum the keys'
+	// cumulative counters.
 	Requests, PromptTokens, CompletionTokens int64
-	Secret, SecretKeyID                      string
-	Snippets                                 []snippet
+	Usage                                    usageChart
+	// Actions are the latest changes to the server, newest first;
+	// MoreActions says there are older ones.
+	Actions             []client.ServerAction
+	MoreActions         bool
+	Secret, SecretKeyID string
+	Snippets            []snippet
 }
 
 type snippet struct{ ID, Lang, Code string }
@@ -600,6 +615,15 @@ func (c *Console) serverData(r *http.Request, v view, id string) (serverData, er
 		d.Requests += k.Requests
 		d.PromptTokens += k.PromptTokens
 		d.CompletionTokens += k.CompletionTokens
+	}
+	acts, err := v.api.ListServerActions(cx, id, client.ListParams{Limit: actionsShown})
+	if err != nil {
+		return d, err
+	}
+	d.Actions, d.MoreActions = acts.Data, acts.HasMore
+	d.Usage = usageOf(cx, v.api, id, windowOf(r.URL.Query()), c.cfg.Now())
+	if d.Usage.err != nil {
+		c.log.Warn("console: usage over time", "server", id, "err", d.Usage.err)
 	}
 	d.Snippets = snippets(d.Server)
 	return d, nil

@@ -15,6 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/hearthd/hearth/internal/testutil"
 )
@@ -30,8 +32,9 @@ var axeJS string
 // streaming from the deployment API and stop a long answer (where hearthd
 // can allow the console's origin; else the page must say why the browser
 // was refused), a refused and an added firewall rule,
-// delete it, revoke the key, delete the server after a confirmation naming
-// it, sign out. Every page passes axe-core with no serious or critical
+// delete it, the usage of a request charted hour by hour and day by day
+// with its table, every change listed as done, revoke the key, delete the
+// server after a confirmation naming it, sign out. Every page passes axe-core with no serious or critical
 // violation, every enabled control is reached by Tab, and every page fits
 // a 375 px wide screen. With HEARTH_CONSOLE_SCREENSHOTS set to a directory
 // (make console-screenshots), each page is saved there.
@@ -55,11 +58,13 @@ func TestConsoleBrowser(t *testing.T) {
 	if cors {
 		args = append(args, "--cors-allowed-origins", ctl.url)
 	}
-	startHearthd(t, hearthdOpts{stateDir: t.TempDir(), ready: true, args: args})
+	node := startHearthd(t, hearthdOpts{stateDir: t.TempDir(), ready: true, args: args})
 	testutil.WaitFor(t, 30*time.Second, "node enrolled", func() bool { return len(ctl.nodes()) == 1 })
 
 	shots := os.Getenv("HEARTH_CONSOLE_SCREENSHOTS")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// Usage over time shows once the node has sealed the minute of a
+	// request and reported it: up to a minute and a report more.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	actx, acancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1280, 900))...)
@@ -114,7 +119,7 @@ func TestConsoleBrowser(t *testing.T) {
 		n := eval("controls", `(() => {
 			let i = 0;
 			for (const e of document.querySelectorAll("a[href], button, input, select, textarea, [tabindex]")) {
-				if (e.disabled || e.type === "hidden" || e.closest("fieldset:disabled") || e.tabIndex < 0) continue;
+				if (e.disabled || e.type === "hidden" || e.closest("fieldset:disabled") || e.tabIndex < 0 || !e.getClientRects().length) continue;
 				e.dataset.kb = String(i++);
 			}
 			document.activeElement && document.activeElement.blur();
@@ -203,7 +208,16 @@ func TestConsoleBrowser(t *testing.T) {
 	if !strings.HasPrefix(secret, "hearth_live_") {
 		t.Fatalf("secret %q", secret)
 	}
+	// A request with the key, from an SDK, for the usage chart; sent now
+	// so that its minute is sealed and reported by the time the page is
+	// read again below.
+	until(t, node.url, secret, http.StatusOK, 10*time.Second)
+	sdk := openai.NewClient(option.WithBaseURL(node.url), option.WithAPIKey(secret), option.WithMaxRetries(0))
+	if _, err := sdk.Chat.Completions.New(context.Background(), userParams(inst.Model, "Say hi", 4)); err != nil {
+		t.Fatalf("a request with the key: %v", err)
+	}
 	do("reload", chromedp.Navigate(loc), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	keyID := eval("the key's id", `document.querySelector("#keys tr[data-key]").dataset.key`)
 	if eval("secret again", `String(document.getElementById("new-secret") === null && !document.body.textContent.includes(`+jsString(secret)+`))`) != "true" {
 		t.Fatal("the secret is shown a second time")
 	}
@@ -279,7 +293,45 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	check("playground")
 
+	// The server's page charts the usage the node reported and lists
+	// every change made above, each done.
+	testutil.WaitFor(t, 2*time.Minute, "the request's usage reported, every change done", func() bool {
+		var acts struct{ Data []struct{ Status string } }
+		ctl.api("GET", "/v1/servers/"+serverID+"/actions", nil, &acts)
+		for _, a := range acts.Data {
+			if a.Status != "success" {
+				return false
+			}
+		}
+		return len(acts.Data) >= 4 && ctl.keyUsage(t, serverID, keyID).Requests >= 1
+	})
 	do("back", chromedp.Navigate(loc), chromedp.WaitVisible(chromedp.CSS("#keys")))
+	do("the charts", chromedp.WaitVisible(chromedp.CSS("#chart-requests svg rect.bar-requests")),
+		chromedp.WaitVisible(chromedp.CSS("#chart-tokens svg rect.bar-prompt")))
+	if s := text("#usage-summary"); !strings.HasPrefix(s, "Last 24 hours: ") || strings.HasPrefix(s, "Last 24 hours: 0 requests") {
+		t.Fatalf("usage summary %q", s)
+	}
+	if h := eval("the bar's height", `String(Math.round(document.querySelector("#chart-requests svg").getBoundingClientRect().height))`); atoi(h) < 100 {
+		t.Fatalf("the requests chart is %s px high", h)
+	}
+	do("the table", chromedp.Click(chromedp.CSS("details.numbers summary")), chromedp.WaitVisible(chromedp.CSS("#usage-table")))
+	if n := eval("rows", `String(document.querySelectorAll("#usage-table tbody tr").length)`); n != "24" {
+		t.Fatalf("usage table: %s rows", n)
+	}
+	actions := eval("actions", `JSON.stringify([...document.querySelectorAll("#actions tr[data-command]")].map(
+		r => r.dataset.command + " " + r.querySelector(".status").textContent))`)
+	for _, want := range []string{"create success", "api_key_create success", "firewall_rule_add success", "firewall_rule_delete success"} {
+		if !strings.Contains(actions, `"`+want+`"`) {
+			t.Fatalf("actions %s: no %q", actions, want)
+		}
+	}
+	check("server-usage")
+	nav("daily", chromedp.Click(chromedp.CSS("#usage-day")))
+	do("the daily chart", chromedp.WaitVisible(chromedp.CSS(`#usage-day[aria-current="true"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#chart-requests svg rect.bar-requests")))
+	if s := text("#usage-summary"); !strings.HasPrefix(s, "Last 30 days: ") {
+		t.Fatalf("daily usage summary %q", s)
+	}
 	nav("revoke", chromedp.Click(chromedp.CSS("#keys button.danger")))
 	do("revoked", chromedp.WaitVisible(chromedp.CSS("#key-form")), chromedp.WaitNotPresent(chromedp.CSS("#keys")))
 	var keys struct{ Data []any }
