@@ -14,7 +14,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oklog/run v1.2.0
 	github.com/ollama/ollama v0.9.6
-	github.com/openai/openai-go/v3 v3.96.0
+	github.com/openai/openai-go/v3 v3.102.0
 	github.com/pelletier/go-toml/v2 v2.2.2
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.15.0

@@ -240,6 +240,8 @@ func serveMetrics(ctx context.Context, addr string, srv *control.Server, logger 
 	mc := metrics.NewControl(version)
 	mc.RegisterNodesConnected(srv.NodesConnected)
 	mc.RegisterServers(srv.ServersByStatus)
+	mc.RegisterNodes(srv.NodesByState)
+	srv.OnPropagation(mc.ObservePropagation)
 	if addr == "" {
 		return mc, nil
 	}
