@@ -12,7 +12,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run check test deps unit fuzz lint bench bench-fleet deb ollama terraform terraform-provider terraform-docs clean
+.PHONY: all build run check test deps unit fuzz lint bench bench-fleet soak deb ollama terraform terraform-provider terraform-docs clean
 
 all: build
 
@@ -82,6 +82,13 @@ fuzz:
 
 bench:
 	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) run ./cmd/hearth-bench
+
+# hearthd supervising a real Ollama 0.17.4 under mixed traffic (streams,
+# abandoned streams, Responses, embeddings) for SOAK_DURATION; the report
+# and its targets are in BENCHMARKS.md, "Soak". Not part of `make test`.
+SOAK_DURATION ?= 10m
+soak:
+	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) run ./cmd/hearth-bench soak --duration $(SOAK_DURATION) --out bench/results/soak-latest.json
 
 # The control plane under a simulated fleet of 10 000 nodes, on Pebble and on
 # PostgreSQL with one and two replicas (see BENCHMARKS.md, "Fleet").

@@ -72,10 +72,21 @@ type NodeConfig struct {
 	// Usage, if set, returns the cumulative use of each managed API key,
 	// reported with every observed state.
 	Usage func() []nodeapi.KeyUsage
+	// UsageBuckets, if set, returns up to limit of the usage buckets not
+	// yet accepted by the control plane, oldest first, and whether more
+	// wait; they go with the next report, and UsageAccepted is told the
+	// last sequence number of a report the control plane accepted.
+	UsageBuckets  func(limit int) (buckets []nodeapi.UsageBucket, more bool, err error)
+	UsageAccepted func(seq uint64) error
 	// ModelInfo, if set, returns what the runtime says of the served
 	// model (context length, capabilities), reported with every observed
 	// state.
 	ModelInfo func() (contextLength int, capabilities []string)
+	// RuntimeRestarts, if set, reports whether hearthd is restarting the
+	// runtime now, and its last restart (nil if none), reported with every
+	// observed state: the runtime's state is restarting while one runs,
+	// else healthy or degraded as the health check says.
+	RuntimeRestarts func() (restarting bool, last *nodeapi.RuntimeRestart)
 }
 
 // Node keeps a node at the control plane's desired state through its
@@ -187,6 +198,17 @@ func (a *Node) Observed() nodeapi.Observed {
 	if a.cfg.ModelInfo != nil {
 		n.RuntimeContextLength, n.RuntimeCapabilities = a.cfg.ModelInfo()
 	}
+	n.RuntimeState = nodeapi.RuntimeHealthy
+	if a.healthErr != nil {
+		n.RuntimeState = nodeapi.RuntimeDegraded
+	}
+	if a.cfg.RuntimeRestarts != nil {
+		var restarting bool
+		restarting, n.RuntimeLastRestart = a.cfg.RuntimeRestarts()
+		if restarting {
+			n.RuntimeState = nodeapi.RuntimeRestarting
+		}
+	}
 	if p := o.Runtime.Progress; p.Status != "" {
 		n.RuntimeProgress = &nodeapi.PullProgress{Status: p.Status, Completed: p.Completed, Total: p.Total}
 	}
@@ -202,6 +224,15 @@ func (a *Node) Observed() nodeapi.Observed {
 	// tenant's data.
 	n.Wiped = a.desired != nil && a.desired.Wipe && a.desired.Revision == o.Revision && o.TenantInForce(o.Revision)
 	return n
+}
+
+// ReportNow has the observed state re-checked and posted at once (if it
+// changed), as after an apply: the runtime's health changed.
+func (a *Node) ReportNow() {
+	select {
+	case a.report <- struct{}{}:
+	default:
+	}
 }
 
 // nodeCredential is the credential file's content.
@@ -343,10 +374,7 @@ func (a *Node) apply(ctx context.Context, d nodeapi.Desired, persist bool) {
 	if d.Wipe && o.TenantInForce(d.Revision) {
 		a.log.Info("server wiped: its rules, SSH keys, API keys and usage are removed", "revision", d.Revision)
 	}
-	select {
-	case a.report <- struct{}{}:
-	default:
-	}
+	a.ReportNow()
 }
 
 // reporter posts the observed state after every apply, every change the
@@ -404,15 +432,24 @@ func (a *Node) reporter(ctx context.Context) {
 		} else {
 			applyBo.Reset()
 		}
-		// The body is compared as the control plane would read it.
+		// Usage buckets waiting go with the report; a wipe is reported
+		// with the last of them, so the tenant's use reaches the control
+		// plane before its server is gone.
+		buckets, more := a.pendingUsage()
+		if more {
+			o.Wiped = false
+		}
+		// The body is compared as the control plane would read it,
+		// without the buckets: they are posted whenever there are any.
 		body, err := json.Marshal(o)
 		if err != nil {
 			a.log.Error("encode observed state", "err", err)
 			continue
 		}
-		if periodic && bytes.Equal(body, accepted) && time.Now().Before(refreshAt) {
+		if periodic && len(buckets) == 0 && bytes.Equal(body, accepted) && time.Now().Before(refreshAt) {
 			continue
 		}
+		o.UsageBuckets = buckets
 		if err := a.client.ReportObserved(ctx, o); err != nil {
 			accepted = nil
 			if ctx.Err() != nil {
@@ -429,7 +466,29 @@ func (a *Node) reporter(ctx context.Context) {
 		}
 		accepted, refreshAt = body, time.Now().Add(RefreshAfter(a.cfg.ReportInterval, a.cfg.ReportRefresh))
 		bo.Reset()
+		if len(buckets) > 0 {
+			if err := a.cfg.UsageAccepted(buckets[len(buckets)-1].Seq); err != nil {
+				a.log.Error("drop reported usage buckets", "err", err)
+			}
+		}
+		if more {
+			a.ReportNow()
+		}
 	}
+}
+
+// pendingUsage returns the usage buckets to report, and whether more wait
+// for another report.
+func (a *Node) pendingUsage() ([]nodeapi.UsageBucket, bool) {
+	if a.cfg.UsageBuckets == nil || a.cfg.UsageAccepted == nil {
+		return nil, false
+	}
+	b, more, err := a.cfg.UsageBuckets(nodeapi.MaxUsageBuckets)
+	if err != nil {
+		a.log.Error("read usage buckets", "err", err)
+		return nil, false
+	}
+	return b, more
 }
 
 // RefreshAfter is how long after an accepted post an unchanged observed

@@ -458,6 +458,65 @@ func TestNodeAgentReportsRecoveredHealthPromptly(t *testing.T) {
 	})
 }
 
+// A restart of the runtime is on the server at once (ReportNow), not a
+// report interval later: restarting while it runs, then healthy, with the
+// last restart's time and reason; a runtime that fails its health check
+// is degraded.
+func TestNodeAgentReportsRuntimeRestartsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctl := startCtl(t)
+		healthy := &atomic.Bool{}
+		healthy.Store(true)
+		cfg := nodeConfig(t, ctl)
+		cfg.ReportInterval, cfg.HealthRecheck = time.Hour, 20*time.Millisecond
+		var mu sync.Mutex
+		var restarting bool
+		var last *nodeapi.RuntimeRestart
+		cfg.RuntimeRestarts = func() (bool, *nodeapi.RuntimeRestart) {
+			mu.Lock()
+			defer mu.Unlock()
+			return restarting, last
+		}
+		run := startAgent(t, cfg, healthy)
+		srv := ctl.createServer(nil)
+		within(t, time.Second, "running", func() bool { return ctl.serverStatus(srv) == "running" })
+		type health struct {
+			Enforcement struct {
+				Runtime struct {
+					Health      string
+					LastRestart *struct{ At, Reason string } `json:"last_restart"`
+				}
+			}
+		}
+		get := func() health {
+			var h health
+			ctl.api("GET", "/v1/servers/"+srv, nil, &h)
+			return h
+		}
+		if h := get(); h.Enforcement.Runtime.Health != "healthy" || h.Enforcement.Runtime.LastRestart != nil {
+			t.Fatalf("before: %+v", h)
+		}
+		at := time.Now().UTC().Truncate(time.Second)
+		mu.Lock()
+		restarting, last = true, &nodeapi.RuntimeRestart{At: at, Reason: "wedged: test"}
+		mu.Unlock()
+		run.agent.ReportNow()
+		within(t, 10*time.Millisecond, "restarting reported", func() bool {
+			r := get().Enforcement.Runtime
+			return r.Health == "restarting" && r.LastRestart != nil && r.LastRestart.Reason == "wedged: test" &&
+				r.LastRestart.At == at.Format(time.RFC3339)
+		})
+		mu.Lock()
+		restarting = false
+		mu.Unlock()
+		run.agent.ReportNow()
+		within(t, 10*time.Millisecond, "healthy again", func() bool { return get().Enforcement.Runtime.Health == "healthy" })
+		healthy.Store(false)
+		run.agent.ReportNow()
+		within(t, 10*time.Millisecond, "degraded", func() bool { return get().Enforcement.Runtime.Health == "degraded" })
+	})
+}
+
 // An unchanged observed state is posted every ReportRefresh, not every
 // ReportInterval (the long-polls keep the node known to be alive); a change
 // is posted at once or by the next interval, and the report time the

@@ -97,6 +97,9 @@ type Authenticator interface {
 	// RecordUsage adds to a key's usage totals, and charges the tokens to
 	// its tokens-per-minute limit. Unknown IDs are ignored.
 	RecordUsage(id string, requests, promptTokens, completionTokens int64)
+	// RecordOutcome notes how a request of the key ended (time to first
+	// token, reasoning tokens, failure), for its usage over time.
+	RecordOutcome(id string, o Outcome)
 }
 
 var (
@@ -162,6 +165,11 @@ type Keyring struct {
 
 	mu     sync.Mutex // serialises writers: Create, Revoke, Flush, Close
 	closed bool
+	// bucketSeq is the last usage bucket's sequence number, pending how
+	// many sealed buckets wait for the control plane (buckets.go); both
+	// guarded by mu.
+	bucketSeq uint64
+	pending   int
 }
 
 // index is never modified after it is published.
@@ -181,6 +189,9 @@ type entry struct {
 	// for a key without limits.
 	usage  *counters
 	limits *limiter
+	// open counts a managed key's minutes until they are sealed
+	// (buckets.go); nil for a local key.
+	open *openBuckets
 }
 
 type counters struct {
@@ -233,6 +244,9 @@ func OpenWith(st *store.Store, o Options) (*Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load api keys: %w", err)
 	}
+	if err := k.loadBuckets(st); err != nil {
+		return nil, err
+	}
 	k.idx.Store(ix)
 	return k, nil
 }
@@ -277,6 +291,9 @@ func (k *Keyring) newEntry(key Key, hash [sha256.Size]byte, usage *counters) *en
 	}
 	if key.RequestsPerMinute > 0 || key.TokensPerMinute > 0 {
 		e.limits = newLimiter(key.RequestsPerMinute, key.TokensPerMinute, k.now())
+	}
+	if key.Source == SourceManaged {
+		e.open = &openBuckets{mins: map[int64]*bucketCounts{}}
 	}
 	return e
 }
@@ -466,9 +483,9 @@ func (k *Keyring) Release(id string, reserved int64) {
 }
 
 // RecordUsage adds to a key's usage totals, notes its last use and charges
-// the tokens to its limit. It is lock-free for a key without a token
-// limit; totals reach the store on the next Flush (Run, Close). Unknown IDs
-// are ignored.
+// the tokens to its limit; a managed key's counts also go to its minute
+// (buckets.go). Totals reach the store on the next Flush (Run, Close).
+// Unknown IDs are ignored.
 func (k *Keyring) RecordUsage(id string, requests, promptTokens, completionTokens int64) {
 	e, ok := k.idx.Load().byID[id]
 	if !ok {
@@ -488,17 +505,20 @@ func (k *Keyring) RecordUsage(id string, requests, promptTokens, completionToken
 	if completionTokens != 0 {
 		e.usage.completion.Add(completionTokens)
 	}
+	if e.open != nil {
+		e.open.record(now, requests, promptTokens, completionTokens)
+	}
 }
 
 // Flush writes usage totals that changed since the last flush to the store,
-// in one synced batch.
+// in one synced batch, and seals the managed keys' ended minutes.
 func (k *Keyring) Flush() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
 		return nil
 	}
-	return k.flushLocked()
+	return errors.Join(k.flushLocked(), k.sealLocked(k.idx.Load().byID, false))
 }
 
 func (k *Keyring) flushLocked() error {
@@ -563,7 +583,7 @@ func (k *Keyring) Close() error {
 	if k.closed {
 		return nil
 	}
-	err := k.flushLocked()
+	err := errors.Join(k.flushLocked(), k.sealLocked(k.idx.Load().byID, true))
 	k.closed = true
 	return err
 }

@@ -74,11 +74,18 @@ func (k *Keyring) SetManaged(keys []Managed) error {
 		}
 	}
 	removed := 0
+	gone := map[string]*entry{}
 	for id, e := range old.byID {
 		if e.key.Source == SourceManaged && ix.byID[id] == nil {
 			b.Delete(keyPrefix + id)
+			gone[id] = e
 			removed++
 		}
+	}
+	// What a key that leaves did up to now is still reported.
+	if err := k.sealLocked(gone, true); err != nil {
+		b.Discard()
+		return fmt.Errorf("store managed API keys: %w", err)
 	}
 	if len(changed) == 0 && removed == 0 {
 		b.Discard()
@@ -166,6 +173,12 @@ func (k *Keyring) Wipe() error {
 	defer k.mu.Unlock()
 	if k.closed {
 		return ErrClosed
+	}
+	// The tenant's use up to now is reported after the wipe: sealed
+	// buckets hold counts, no secret, and go once the control plane has
+	// them.
+	if err := k.sealLocked(k.idx.Load().byID, true); err != nil {
+		return fmt.Errorf("wipe API keys: %w", err)
 	}
 	b := k.st.NewBatch()
 	n := 0

@@ -15,15 +15,17 @@ type Static struct {
 	// the first key is added.
 	Now func() time.Time
 
-	mu     sync.Mutex
-	byHash map[[sha256.Size]byte]Key
-	usage  map[string]Usage
-	limits map[string]*limiter
+	mu       sync.Mutex
+	byHash   map[[sha256.Size]byte]Key
+	usage    map[string]Usage
+	outcomes map[string][]Outcome
+	limits   map[string]*limiter
 }
 
 // NewStatic returns an empty Static.
 func NewStatic() *Static {
-	return &Static{byHash: map[[sha256.Size]byte]Key{}, usage: map[string]Usage{}, limits: map[string]*limiter{}}
+	return &Static{byHash: map[[sha256.Size]byte]Key{}, usage: map[string]Usage{}, outcomes: map[string][]Outcome{},
+		limits: map[string]*limiter{}}
 }
 
 func (s *Static) now() time.Time {
@@ -132,4 +134,18 @@ func (s *Static) RecordUsage(id string, requests, promptTokens, completionTokens
 			return
 		}
 	}
+}
+
+// RecordOutcome implements Authenticator: it keeps every outcome, for tests.
+func (s *Static) RecordOutcome(id string, o Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outcomes[id] = append(s.outcomes[id], o)
+}
+
+// Outcomes returns the outcomes recorded for id, in order.
+func (s *Static) Outcomes(id string) []Outcome {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Outcome(nil), s.outcomes[id]...)
 }

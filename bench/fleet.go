@@ -70,6 +70,12 @@ type FleetConfig struct {
 	ReportInterval time.Duration
 	ReportRefresh  time.Duration
 	PollWait       time.Duration
+	// UsageDuration is each usage phase's length (fleetusage.go); 0
+	// skips them. QueryKeys and QueryDays shape the usage query's project
+	// (defaults 1 000 and 30).
+	UsageDuration time.Duration
+	QueryKeys     int
+	QueryDays     int
 	// SettleTimeout bounds the enrolment burst until every node has
 	// reported; DrainTimeout the wait for the last changes to reach their
 	// nodes.
@@ -112,6 +118,12 @@ func (c *FleetConfig) defaults() {
 	}
 	if c.ReportConcurrency <= 0 {
 		c.ReportConcurrency = 64
+	}
+	if c.QueryKeys <= 0 {
+		c.QueryKeys = 1000
+	}
+	if c.QueryDays <= 0 {
+		c.QueryDays = 30
 	}
 	set(&c.CreateDuration, 15*time.Second)
 	set(&c.ChurnDuration, 20*time.Second)
@@ -214,12 +226,14 @@ type FleetResult struct {
 	Phases map[string]PhaseCPU `json:"phases"`
 	// RSS of the replicas (summed): highest sampled every 100 ms, VmHWM and
 	// at the end.
-	RSSPeak  int64        `json:"rss_peak_bytes"`
-	RSSHWM   int64        `json:"rss_hwm_bytes"`
-	RSSEnd   int64        `json:"rss_end_bytes"`
-	Fleet    FleetCounts  `json:"fleet"`
-	Profiles []string     `json:"profiles,omitempty"`
-	Config   FleetSummary `json:"config"`
+	RSSPeak int64       `json:"rss_peak_bytes"`
+	RSSHWM  int64       `json:"rss_hwm_bytes"`
+	RSSEnd  int64       `json:"rss_end_bytes"`
+	Fleet   FleetCounts `json:"fleet"`
+	// Usage is the usage phases' (fleetusage.go), if they ran.
+	Usage    *UsageBenchResult `json:"usage,omitempty"`
+	Profiles []string          `json:"profiles,omitempty"`
+	Config   FleetSummary      `json:"config"`
 }
 
 // FleetSummary is the run's shape, for the report.
@@ -299,6 +313,8 @@ type fleetRun struct {
 	res      *FleetResult
 	profiles sync.WaitGroup
 	profMu   sync.Mutex
+	// usageMode is how the fleet's nodes use their API keys (fleetusage.go).
+	usageMode atomic.Int32
 }
 
 // RunFleet runs the fleet benchmark once. A backend the control plane
@@ -447,6 +463,12 @@ func (r *fleetRun) run(ctx context.Context, nodes int) error {
 	r.idle(ctx)
 	cfg.Log.Info("fleet: report burst", "variant", res.Variant)
 	r.reportBurst(ctx)
+	if cfg.UsageDuration > 0 {
+		cfg.Log.Info("fleet: usage", "variant", res.Variant)
+		if err := r.usage(ctx); err != nil {
+			return err
+		}
+	}
 
 	res.RSSPeak = r.procs.peakRSS()
 	res.RSSEnd, res.RSSHWM = r.procs.memory()
@@ -492,7 +514,8 @@ func (r *fleetRun) enroll(ctx, nodeCtx context.Context, fleet *sync.WaitGroup, n
 	for range min(cfg.EnrollConcurrency, n) {
 		wg.Go(func() {
 			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				node := newSimNode(i, urls[i%len(urls)], polls, others, r.prop, r.count, cfg.ReportInterval, cfg.ReportRefresh)
+				node := newSimNode(i, urls[i%len(urls)], polls, others, r.prop, r.count, cfg.ReportInterval, cfg.ReportRefresh,
+					&r.usageMode)
 				t0 := time.Now()
 				if err := node.enroll(ctx, token); err != nil {
 					rec.fail(opOnly, fmt.Errorf("enroll node %d: %w", i, err))

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ func smallFleet(t *testing.T, bin string) FleetConfig {
 		IdleDuration:   time.Second, ReportDuration: 500 * time.Millisecond, ReportConcurrency: 8,
 		ReportInterval: time.Second, ReportRefresh: 2 * time.Second, PollWait: 5 * time.Second,
 		SettleTimeout: time.Minute, DrainTimeout: time.Minute, NoFile: noFile,
+		UsageDuration: 1500 * time.Millisecond, QueryKeys: 150, QueryDays: 3,
 		ControlLog: logs,
 	}
 }
@@ -108,6 +110,7 @@ func checkFleet(t *testing.T, cfg FleetConfig, res FleetResult) {
 	if res.RSSPeak <= 0 || res.RSSEnd <= 0 || res.RSSHWM < res.RSSEnd {
 		t.Errorf("RSS peak %d end %d HWM %d", res.RSSPeak, res.RSSEnd, res.RSSHWM)
 	}
+	checkUsage(t, cfg, res)
 	rep := FleetReport{Results: []FleetResult{res}}
 	if md := rep.Markdown(); !strings.Contains(md, "| "+res.Variant+" | 50 |") {
 		t.Errorf("markdown lacks the %s row:\n%s", res.Variant, md)
@@ -205,5 +208,43 @@ func TestLatencyCSV(t *testing.T) {
 		"create,50000,40000\ncreate,2000000,1500\ndelete,1000000,1000\n"
 	if got := string(r.latencyCSV(start)); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// checkUsage asserts that the usage phases ran as they say: every node
+// with a server got a key, each phase reported (with buckets in the two
+// that send them), and the month of the query project read back exactly.
+func checkUsage(t *testing.T, cfg FleetConfig, res FleetResult) {
+	t.Helper()
+	u := res.Usage
+	if u == nil {
+		t.Fatal("no usage result")
+	}
+	// The query project's servers hold 100 keys each; every other node one.
+	servers := (cfg.QueryKeys + 99) / 100
+	if u.Nodes < cfg.Nodes-cfg.Clients || u.Keys != u.Nodes-servers+cfg.QueryKeys {
+		t.Errorf("usage on %d nodes with %d keys; want at least %d nodes", u.Nodes, u.Keys, cfg.Nodes-cfg.Clients)
+	}
+	// A minute's buckets come once a minute: the short usage phase may
+	// have none.
+	for name, buckets := range map[string]string{"usage_baseline": "none", "usage": "any", "usage_every_report": "some"} {
+		p, ok := u.Phases[name]
+		if !ok || p.Seconds <= 0 || p.ReportsPerSecond <= 0 || p.CPUPerSecond <= 0 || p.CPUmsPerReport <= 0 ||
+			(buckets == "none" && p.BucketsPerSecond != 0) || (buckets == "some" && p.BucketsPerSecond <= 0) {
+			t.Errorf("usage phase %s: %+v", name, p)
+		}
+		for round := 1; round <= usageRounds; round++ {
+			if ph := res.Phases[fmt.Sprintf("%s %d", name, round)]; ph.Seconds <= 0 {
+				t.Errorf("phase %s %d not measured: %+v", name, round, ph)
+			}
+		}
+	}
+	if u.QueryErrors != 0 || !u.QueryChecked || u.QueryKeys != cfg.QueryKeys || u.QueryDays != cfg.QueryDays {
+		t.Errorf("usage query: %d errors %v, checked %v", u.QueryErrors, u.Errors, u.QueryChecked)
+	}
+	for _, g := range []string{"ungrouped", "server", "api_key"} {
+		if d := u.Query[g]; d.N != queryRequests || d.P99 < d.P50 || d.P50 <= 0 {
+			t.Errorf("usage query %s: %+v", g, d)
+		}
 	}
 }

@@ -169,8 +169,7 @@ func (c *mgmtClient) createOrDelete(ctx context.Context, rec *opRecorder) {
 
 func (c *mgmtClient) create(ctx context.Context, rec *opRecorder) {
 	c.seq++
-	body := map[string]any{"name": fmt.Sprintf("fleet-c%d-%d", c.index, c.seq), "chip": fleetChip,
-		"ram": 8, "storage": 100, "stack": "bare", "billing": "monthly"}
+	body := serverBody(fmt.Sprintf("fleet-c%d-%d", c.index, c.seq))
 	var out struct {
 		ID string `json:"id"`
 	}
@@ -184,6 +183,13 @@ func (c *mgmtClient) create(ctx context.Context, rec *opRecorder) {
 	rec.ok(opCreate, at.Sub(start))
 	c.prop.answered(out.ID, change{kind: changeCreate, answered: at})
 	c.servers = append(c.servers, &ownServer{id: out.ID, nextPort: 1000})
+}
+
+// serverBody is the create request of every server of the fleet: a
+// deployment of a model each node serves at once.
+func serverBody(name string) map[string]any {
+	return map[string]any{"name": name, "chip": fleetChip, "ram": 8, "storage": 100, "stack": "deployment",
+		"model": "bench-model", "billing": "monthly"}
 }
 
 // changeRule adds a rule to one of the client's servers, or when it holds
@@ -270,7 +276,7 @@ func (c *mgmtClient) do(ctx context.Context, method, path string, in any, want i
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20)) // a usage answer by key is megabytes
 	resp.Body.Close()
 	at := time.Now()
 	if err != nil {

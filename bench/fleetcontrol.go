@@ -386,6 +386,11 @@ func (s *procSampler) cpu() (control, pg time.Duration) {
 				ticks += t
 			}
 		}
+		// Backends that ended (a pool recycles its connections) count on
+		// in the postmaster's reaped children, or the sum would drop.
+		if t, err := proctest.ReapedCPUTicks(s.pgPID); err == nil {
+			ticks += t
+		}
 		pg = time.Duration(ticks) * time.Second / userHZ
 	}
 	return control, pg

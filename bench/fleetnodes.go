@@ -33,10 +33,12 @@ type nodeCounters struct {
 	// live counts servers from the moment a client asks for one until
 	// their node's wipe report is accepted, so clients never ask for more
 	// than the fleet holds.
-	live   atomic.Int64
-	wipes  atomic.Int64
-	errMu  sync.Mutex
-	errors []string // first few error messages
+	live  atomic.Int64
+	wipes atomic.Int64
+	// buckets counts the usage buckets of reports accepted.
+	buckets atomic.Int64
+	errMu   sync.Mutex
+	errors  []string // first few error messages
 }
 
 func (c *nodeCounters) fail(err error) {
@@ -74,6 +76,8 @@ type simNode struct {
 	kick chan struct{} // wakes the reporter; buffered 1
 	// every and refresh are the agent's ReportInterval and ReportRefresh.
 	every, refresh time.Duration
+	// usageMode says how the node's API keys are used (fleetusage.go).
+	usageMode *atomic.Int32
 
 	mu        sync.Mutex
 	desired   nodeapi.Desired
@@ -82,6 +86,7 @@ type simNode struct {
 	wipedSent string           // the server whose wipe report was accepted
 	accepted  nodeapi.Observed // the last report accepted
 	refreshAt time.Time        // when to post it again if unchanged
+	use       simUsage         // its keys' use (fleetusage.go)
 
 	// Used by the poller only: what the node has seen so far.
 	server   string
@@ -89,10 +94,11 @@ type simNode struct {
 	wipeSeen bool
 }
 
-func newSimNode(i int, baseURL string, polls, others *http.Client, prop *propagation, count *nodeCounters, every, refresh time.Duration) *simNode {
+func newSimNode(i int, baseURL string, polls, others *http.Client, prop *propagation, count *nodeCounters, every, refresh time.Duration,
+	usageMode *atomic.Int32) *simNode {
 	return &simNode{
 		index: i, poller: nodeapi.NewClient(baseURL, polls), client: nodeapi.NewClient(baseURL, others), prop: prop, count: count,
-		every: every, refresh: refresh,
+		every: every, refresh: refresh, usageMode: usageMode,
 		ip:   fmt.Sprintf("10.%d.%d.%d", 64+(i>>16)&63, (i>>8)&255, i&255),
 		kick: make(chan struct{}, 1),
 	}
@@ -197,7 +203,8 @@ func (n *simNode) see(d nodeapi.Desired, at time.Time) {
 }
 
 // observed is what the node reports: everything of its last desired state
-// applied, the runtime healthy, a wipe done as soon as it was asked for.
+// applied (the ordered model served), the runtime healthy, a wipe done as
+// soon as it was asked for, and its keys' use.
 func (n *simNode) observed() (o nodeapi.Observed, server string, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -209,7 +216,8 @@ func (n *simNode) observed() (o nodeapi.Observed, server string, ok bool) {
 		server = d.Server.ID
 	}
 	return nodeapi.Observed{Revision: d.Revision, IP: n.ip, RuntimeHealthy: true,
-		FirewallRevision: d.Revision, SSHKeysRevision: d.Revision, Wiped: d.Wipe}, server, true
+		RuntimeRevision: d.Revision, RuntimeModel: d.Model, FirewallRevision: d.Revision, SSHKeysRevision: d.Revision,
+		APIKeysRevision: d.Revision, Wiped: d.Wipe, Usage: n.use.totals(), UsageBuckets: n.use.waiting()}, server, true
 }
 
 // reporter reports after every received change and, as the agent does,
@@ -233,7 +241,9 @@ func (n *simNode) reporter(ctx context.Context) {
 			defer t.Stop()
 			tick = t.C
 		case <-tick:
-			if n.unchanged() {
+			// A node whose keys are in use has new usage at every tick,
+			// as the agent's report of a busy deployment does.
+			if !n.useKeys() && n.unchanged() {
 				continue
 			}
 		}
@@ -268,7 +278,9 @@ func (n *simNode) report(ctx context.Context) error {
 		return err
 	}
 	n.count.reports.Add(1)
+	n.count.buckets.Add(int64(len(o.UsageBuckets)))
 	n.mu.Lock()
+	n.use.accepted(o.UsageBuckets)
 	first := !n.reported
 	n.reported, n.accepted = true, o
 	n.refreshAt = time.Now().Add(agent.RefreshAfter(n.every, n.refresh))

@@ -58,6 +58,7 @@ func (r *FleetReport) Markdown() string {
 	}
 	b.WriteString("\n")
 	r.details(&b)
+	r.usage(&b)
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -71,6 +72,9 @@ func (res *FleetResult) errorCount() int {
 		for _, s := range m {
 			n += s.Errors + s.CapacityUnavailable
 		}
+	}
+	if res.Usage != nil {
+		n += res.Usage.QueryErrors
 	}
 	return n + res.Propagation.Unseen
 }
@@ -141,11 +145,59 @@ func (r *FleetReport) details(b *strings.Builder) {
 }
 
 func phaseOrder(name string) int {
-	return slices.Index([]string{"enroll", "create", "churn", "idle", "report_burst"}, name)
+	order := []string{"enroll", "create", "churn", "idle", "report_burst"}
+	for round := range usageRounds {
+		for _, ph := range usagePhases {
+			order = append(order, fmt.Sprintf("%s %d", ph.name, round+1))
+		}
+	}
+	return slices.Index(order, name)
 }
 
 // Write stores the report as fleet-<time>.json|md and fleet-latest.* in
 // dir.
 func (r *FleetReport) Write(dir string) (string, error) {
 	return writeResults(dir, "fleet-", r.Started, r, r.Markdown())
+}
+
+// usage renders the usage phases of the variants that ran them.
+func (r *FleetReport) usage(b *strings.Builder) {
+	head := false
+	for _, res := range r.Results {
+		u := res.Usage
+		if u == nil {
+			continue
+		}
+		if !head {
+			b.WriteString("\n| control plane | nodes with a key / keys | phase (both rounds) | reports/s | buckets/s | CPU-s per s (control plane + PostgreSQL) | CPU ms per report | per report over the baseline |\n|---|---|---|---|---|---|---|---|\n")
+			head = true
+		}
+		for _, name := range []string{"usage_baseline", "usage", "usage_every_report"} {
+			p := u.Phases[name]
+			over := ""
+			switch name {
+			case "usage":
+				over = fmt.Sprintf("%+.1f %%", 100*u.Added)
+			case "usage_every_report":
+				over = fmt.Sprintf("%+.1f %%", 100*u.AddedEveryReport)
+			}
+			fmt.Fprintf(b, "| %s | %d / %d | %s | %.0f | %.0f | %.3f | %.3f | %s |\n", res.Variant, u.Nodes, u.Keys, name,
+				p.ReportsPerSecond, p.BucketsPerSecond, p.CPUPerSecond, p.CPUmsPerReport, over)
+		}
+	}
+	if !head {
+		return
+	}
+	b.WriteString("\n| control plane | usage query (by day) | keys / days | n | p50 | p99 | max | errors | past days exact |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, res := range r.Results {
+		u := res.Usage
+		if u == nil {
+			continue
+		}
+		for _, g := range []string{"ungrouped", "server", "api_key"} {
+			d := u.Query[g]
+			fmt.Fprintf(b, "| %s | %s | %d / %d | %d | %s | %s | %s | %d | %v |\n", res.Variant, g, u.QueryKeys, u.QueryDays, d.N,
+				ms(d.P50), ms(d.P99), ms(d.Max), u.QueryErrors, u.QueryChecked)
+		}
+	}
 }

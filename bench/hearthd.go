@@ -222,6 +222,13 @@ const mallocsMetric = "go_memstats_mallocs_total"
 // ReadMallocs reads hearthd's heap allocations so far from its metrics
 // listener's /metrics.
 func ReadMallocs(ctx context.Context, metricsURL string) (float64, error) {
+	return ReadMetric(ctx, metricsURL, mallocsMetric)
+}
+
+// ReadMetric reads one sample of a process's metrics listener: name is the
+// metric's name, with its labels as exposed if it has any
+// (`hearth_runtime_restarts_total{reason="wedged"}`).
+func ReadMetric(ctx context.Context, metricsURL, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL+"/metrics", nil)
@@ -236,7 +243,7 @@ func ReadMallocs(ctx context.Context, metricsURL string) (float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("get %s: status %d", req.URL, resp.StatusCode)
 	}
-	v, err := parseCounter(resp.Body, mallocsMetric)
+	v, err := parseCounter(resp.Body, name)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", req.URL, err)
 	}

@@ -98,3 +98,7 @@ var ErrServerFailed = errors.New("server failed")
 // ErrServerDeleting is the error of WaitServerRunning when the server is
 // being deleted: it will never run.
 var ErrServerDeleting = errors.New("server is being deleted")
+
+// ErrActionFailed is the error of WaitAction when the action ended in
+// error (its Error says why).
+var ErrActionFailed = errors.New("action failed")

@@ -42,6 +42,17 @@ var schemaTypes = map[string]reflect.Type{
 	"CreatedAPIKey":             reflect.TypeFor[CreatedAPIKey](),
 	"EnforcementConcern":        reflect.TypeFor[EnforcementConcern](),
 	"Enforcement":               reflect.TypeFor[Enforcement](),
+	"ActionCommand":             reflect.TypeFor[ActionCommand](),
+	"ActionStatus":              reflect.TypeFor[ActionStatus](),
+	"ActionResource":            reflect.TypeFor[ActionResource](),
+	"ActionError":               reflect.TypeFor[ActionError](),
+	"ServerAction":              reflect.TypeFor[ServerAction](),
+	"UsageGranularity":          reflect.TypeFor[UsageGranularity](),
+	"UsageGroupBy":              reflect.TypeFor[UsageGroupBy](),
+	"UsageResult":               reflect.TypeFor[UsageResult](),
+	"UsageBucket":               reflect.TypeFor[UsageBucket](),
+	"Usage":                     reflect.TypeFor[Usage](),
+	"AuditLogEntry":             reflect.TypeFor[AuditLogEntry](),
 }
 
 // nodeSchemas are the node protocol's (nodeapi), not the customer's.
@@ -49,11 +60,15 @@ var nodeSchemas = []string{"Hardware", "EnrollRequest", "EnrollResponse", "Desir
 
 // namedEnums are the values the package declares for each enum type.
 var namedEnums = map[reflect.Type][]string{
-	reflect.TypeFor[ServerStatus](): strs(ServerStatuses()),
-	reflect.TypeFor[Stack]():        strs(Stacks()),
-	reflect.TypeFor[Direction]():    strs(Directions()),
-	reflect.TypeFor[Protocol]():     strs(Protocols()),
-	reflect.TypeFor[Action]():       strs(Actions()),
+	reflect.TypeFor[ServerStatus]():     strs(ServerStatuses()),
+	reflect.TypeFor[Stack]():            strs(Stacks()),
+	reflect.TypeFor[Direction]():        strs(Directions()),
+	reflect.TypeFor[Protocol]():         strs(Protocols()),
+	reflect.TypeFor[Action]():           strs(Actions()),
+	reflect.TypeFor[ActionCommand]():    strs(ActionCommands()),
+	reflect.TypeFor[ActionStatus]():     strs(ActionStatuses()),
+	reflect.TypeFor[UsageGranularity](): strs(UsageGranularities()),
+	reflect.TypeFor[UsageGroupBy]():     strs(UsageGroupings()),
 }
 
 // inlineEnums are the constants the package declares for enums of plain
@@ -66,7 +81,11 @@ var inlineEnums = map[string][]string{
 	"CreateServerRequest.billing": {BillingMonthly},
 	"Server.billing":              {BillingMonthly},
 	"EnforcementConcern.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
+	"ActionResource.type":         {"server", "api_key", "firewall_rule", "ssh_key"},
+	"ActionError.code":            {"timeout", "apply_failed", "server_deleted", "superseded"},
+	"AuditLogEntry.method":        {"POST", "PATCH", "DELETE", "PUT"},
 	"RuntimeEnforcement.status":   {EnforcementPending, EnforcementApplied, EnforcementFailed},
+	"RuntimeEnforcement.health":   {RuntimeHealthy, RuntimeDegraded, RuntimeRestarting},
 }
 
 func strs[T ~string](vs []T) []string {
@@ -371,6 +390,10 @@ func (d *openAPIDoc) checkKey(path, key string, schema map[string]any, typ refle
 		case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Uint32, reflect.Uint:
 		default:
 			t.Errorf("%s: integer as %v", path, typ)
+		}
+	case "number":
+		if typ.Kind() != reflect.Float64 && typ.Kind() != reflect.Float32 {
+			t.Errorf("%s: number as %v", path, typ)
 		}
 	case "boolean":
 		if typ.Kind() != reflect.Bool {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 // segment escapes one ID for a path, refusing what would name another
@@ -53,12 +54,54 @@ func (p ListServersParams) values() url.Values {
 }
 
 func get[T any](ctx context.Context, c *Client, p string, err error) (T, error) {
+	return getQuery[T](ctx, c, p, err, nil)
+}
+
+func getQuery[T any](ctx context.Context, c *Client, p string, err error, q url.Values) (T, error) {
 	var out T
 	if err != nil {
 		return out, err
 	}
-	_, err = c.do(ctx, request{method: http.MethodGet, path: p}, &out)
+	_, err = c.do(ctx, request{method: http.MethodGet, path: p, query: q}, &out)
 	return out, err
+}
+
+func (p ListActionsParams) values() url.Values {
+	q := p.ListParams.values()
+	if p.Status != "" {
+		q.Set("status", string(p.Status))
+	}
+	return q
+}
+
+func (p UsageParams) values() url.Values {
+	q := url.Values{"start": {p.Start.UTC().Format(time.RFC3339)}}
+	if !p.End.IsZero() {
+		q.Set("end", p.End.UTC().Format(time.RFC3339))
+	}
+	if p.Granularity != "" {
+		q.Set("granularity", string(p.Granularity))
+	}
+	if p.GroupBy != "" {
+		q.Set("group_by", string(p.GroupBy))
+	}
+	return q
+}
+
+func (p ListAuditLogParams) values() url.Values {
+	q := p.ListParams.values()
+	for name, t := range map[string]time.Time{"start": p.Start, "end": p.End} {
+		if !t.IsZero() {
+			q.Set(name, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if p.TokenID != "" {
+		q.Set("token_id", p.TokenID)
+	}
+	if p.ResourceID != "" {
+		q.Set("resource_id", p.ResourceID)
+	}
+	return q
 }
 
 func create[T any](ctx context.Context, c *Client, p string, err error, body any) (T, error) {
@@ -250,6 +293,57 @@ func (c *Client) GetAPIKey(ctx context.Context, serverID, keyID string) (APIKey,
 func (c *Client) DeleteAPIKey(ctx context.Context, serverID, keyID string) error {
 	p, err := path("/v1/servers/%s/api-keys/%s", serverID, keyID)
 	return c.remove(ctx, p, err)
+}
+
+// GetUsage returns the project's usage over p's window, bucket by bucket,
+// ungrouped or grouped by server or API key.
+func (c *Client) GetUsage(ctx context.Context, p UsageParams) (Usage, error) {
+	return getQuery[Usage](ctx, c, "/v1/usage", nil, p.values())
+}
+
+// GetServerUsage returns a server's usage over p's window, ungrouped or by
+// API key.
+func (c *Client) GetServerUsage(ctx context.Context, id string, p UsageParams) (Usage, error) {
+	path, err := path("/v1/servers/%s/usage", id)
+	return getQuery[Usage](ctx, c, path, err, p.values())
+}
+
+// ListActions returns one page of the project's actions, newest first.
+func (c *Client) ListActions(ctx context.Context, p ListActionsParams) (List[ServerAction], error) {
+	return list[ServerAction](ctx, c, "/v1/actions", nil, p.values())
+}
+
+// AllActions yields every action of the project from p's cursor on.
+func (c *Client) AllActions(ctx context.Context, p ListActionsParams) iter.Seq2[ServerAction, error] {
+	return all[ServerAction](ctx, c, "/v1/actions", nil, p.values())
+}
+
+// ListServerActions returns one page of a server's actions, newest first.
+func (c *Client) ListServerActions(ctx context.Context, id string, lp ListParams) (List[ServerAction], error) {
+	p, err := path("/v1/servers/%s/actions", id)
+	return list[ServerAction](ctx, c, p, err, lp.values())
+}
+
+// AllServerActions yields every action of a server from lp's cursor on.
+func (c *Client) AllServerActions(ctx context.Context, id string, lp ListParams) iter.Seq2[ServerAction, error] {
+	p, err := path("/v1/servers/%s/actions", id)
+	return all[ServerAction](ctx, c, p, err, lp.values())
+}
+
+// GetAction returns an action.
+func (c *Client) GetAction(ctx context.Context, id string) (ServerAction, error) {
+	p, err := path("/v1/actions/%s", id)
+	return get[ServerAction](ctx, c, p, err)
+}
+
+// ListAuditLog returns one page of the project's audit log, newest first.
+func (c *Client) ListAuditLog(ctx context.Context, p ListAuditLogParams) (List[AuditLogEntry], error) {
+	return list[AuditLogEntry](ctx, c, "/v1/audit-log", nil, p.values())
+}
+
+// AllAuditLog yields every entry of the audit log from p's cursor on.
+func (c *Client) AllAuditLog(ctx context.Context, p ListAuditLogParams) iter.Seq2[AuditLogEntry, error] {
+	return all[AuditLogEntry](ctx, c, "/v1/audit-log", nil, p.values())
 }
 
 // GetOpenAPI returns the API's OpenAPI document (no token needed).

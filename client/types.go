@@ -60,6 +60,9 @@ type Server struct {
 	CreatedAt   time.Time   `json:"created_at"`
 	UpdatedAt   time.Time   `json:"updated_at"`
 	Enforcement Enforcement `json:"enforcement"`
+	// Action is the action a create or an update started (in its answer
+	// only; nil when an update changed nothing).
+	Action *ServerAction `json:"action,omitempty"`
 }
 
 // Enforcement is what the server's node last reported about enforcing the
@@ -103,6 +106,25 @@ type RuntimeEnforcement struct {
 	// served model; nil until the node reports them.
 	ContextLength *int64   `json:"context_length"`
 	Capabilities  []string `json:"capabilities"`
+	// Health is RuntimeHealthy, RuntimeDegraded (it does not serve) or
+	// RuntimeRestarting (the node restarts it; requests wait for it).
+	Health string `json:"health"`
+	// LastRestart is the node's last restart of the runtime since the
+	// server was created; nil if none.
+	LastRestart *RuntimeRestart `json:"last_restart"`
+}
+
+// Runtime health (RuntimeEnforcement.Health).
+const (
+	RuntimeHealthy    = "healthy"
+	RuntimeDegraded   = "degraded"
+	RuntimeRestarting = "restarting"
+)
+
+// RuntimeRestart is one restart of the runtime by its node.
+type RuntimeRestart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // PullProgress is a model pull while it lasts, in bytes.
@@ -190,6 +212,9 @@ type FirewallRule struct {
 	Action      Action    `json:"action"`
 	Description string    `json:"description"`
 	CreatedAt   time.Time `json:"created_at"`
+	// StartedAction is the action the rule's creation started (in its
+	// answer only).
+	StartedAction *ServerAction `json:"started_action,omitempty"`
 }
 
 // CreateFirewallRuleRequest is the body of CreateFirewallRule.
@@ -228,6 +253,9 @@ type APIKey struct {
 type CreatedAPIKey struct {
 	APIKey
 	Key *string `json:"key"`
+	// Action is the action the creation started: success once the node
+	// enforces the key.
+	Action *ServerAction `json:"action,omitempty"`
 }
 
 // CreateAPIKeyRequest is the body of CreateAPIKey.
@@ -256,4 +284,163 @@ type ListParams struct {
 type ListServersParams struct {
 	ListParams
 	Status ServerStatus `query:"status"`
+}
+
+// ActionCommand is what an action does.
+type ActionCommand string
+
+// Action commands.
+const (
+	CommandCreate             ActionCommand = "create"
+	CommandUpdateModel        ActionCommand = "update_model"
+	CommandRename             ActionCommand = "rename"
+	CommandDelete             ActionCommand = "delete"
+	CommandAPIKeyCreate       ActionCommand = "api_key_create"
+	CommandAPIKeyDelete       ActionCommand = "api_key_delete"
+	CommandFirewallRuleAdd    ActionCommand = "firewall_rule_add"
+	CommandFirewallRuleDelete ActionCommand = "firewall_rule_delete"
+	CommandSSHKeysUpdate      ActionCommand = "ssh_keys_update"
+)
+
+// ActionCommands returns every command.
+func ActionCommands() []ActionCommand {
+	return []ActionCommand{CommandCreate, CommandUpdateModel, CommandRename, CommandDelete, CommandAPIKeyCreate,
+		CommandAPIKeyDelete, CommandFirewallRuleAdd, CommandFirewallRuleDelete, CommandSSHKeysUpdate}
+}
+
+// ActionStatus is where an action is.
+type ActionStatus string
+
+// Action statuses.
+const (
+	ActionStatusRunning ActionStatus = "running"
+	ActionStatusSuccess ActionStatus = "success"
+	ActionStatusError   ActionStatus = "error"
+)
+
+// ActionStatuses returns every action status.
+func ActionStatuses() []ActionStatus {
+	return []ActionStatus{ActionStatusRunning, ActionStatusSuccess, ActionStatusError}
+}
+
+// ServerAction is a change to a server, from the request until its node
+// has done it (control/README.md, "Actions").
+type ServerAction struct {
+	ID      string        `json:"id"`
+	Command ActionCommand `json:"command"`
+	Status  ActionStatus  `json:"status"`
+	// Progress is a percentage: a create's or model change's pull.
+	Progress   int              `json:"progress"`
+	StartedAt  time.Time        `json:"started_at"`
+	FinishedAt *time.Time       `json:"finished_at"`
+	Error      *ActionError     `json:"error"`
+	Resources  []ActionResource `json:"resources"`
+}
+
+// ActionResource is something an action touched.
+type ActionResource struct {
+	Type string `json:"type"` // server, api_key, firewall_rule, ssh_key
+	ID   string `json:"id"`
+}
+
+// ActionError is why an action failed.
+type ActionError struct {
+	Code    string `json:"code"` // timeout, apply_failed, server_deleted, superseded
+	Message string `json:"message"`
+}
+
+// ListActionsParams selects a page of the project's actions, optionally
+// of one status.
+type ListActionsParams struct {
+	ListParams
+	Status ActionStatus `query:"status"`
+}
+
+// UsageGranularity is the length of a usage bucket.
+type UsageGranularity string
+
+// Usage granularities.
+const (
+	Hourly UsageGranularity = "hour"
+	Daily  UsageGranularity = "day"
+)
+
+// UsageGranularities returns every granularity.
+func UsageGranularities() []UsageGranularity { return []UsageGranularity{Hourly, Daily} }
+
+// UsageGroupBy is what usage is grouped by.
+type UsageGroupBy string
+
+// Usage groupings.
+const (
+	ByServer UsageGroupBy = "server"
+	ByAPIKey UsageGroupBy = "api_key"
+)
+
+// UsageGroupings returns every grouping.
+func UsageGroupings() []UsageGroupBy { return []UsageGroupBy{ByServer, ByAPIKey} }
+
+// UsageParams select a usage window: Start is required; End zero is now;
+// Granularity "" is a day; GroupBy "" is ungrouped.
+type UsageParams struct {
+	Start       time.Time        `query:"start"`
+	End         time.Time        `query:"end"`
+	Granularity UsageGranularity `query:"granularity"`
+	GroupBy     UsageGroupBy     `query:"group_by"`
+}
+
+// Usage is usage over a window, bucket by bucket.
+type Usage struct {
+	Start       time.Time        `json:"start"`
+	End         time.Time        `json:"end"`
+	Granularity UsageGranularity `json:"granularity"`
+	GroupBy     *UsageGroupBy    `json:"group_by"`
+	Data        []UsageBucket    `json:"data"`
+}
+
+// UsageBucket is one hour or day of usage: one result, or one per group.
+type UsageBucket struct {
+	Start   time.Time     `json:"start"`
+	End     time.Time     `json:"end"`
+	Results []UsageResult `json:"results"`
+}
+
+// UsageResult is what was used in a bucket, by a group if grouped.
+type UsageResult struct {
+	ServerID         string `json:"server_id,omitempty"`
+	APIKeyID         string `json:"api_key_id,omitempty"`
+	Requests         int64  `json:"requests"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	ReasoningTokens  int64  `json:"reasoning_tokens"`
+	Errors           int64  `json:"errors"`
+	// TTFTP50 and TTFTP95 are the median and 95th percentile of the time
+	// to first token, in milliseconds; nil without a request that had one.
+	TTFTP50 *float64 `json:"ttft_p50_ms"`
+	TTFTP95 *float64 `json:"ttft_p95_ms"`
+}
+
+// AuditLogEntry is one mutating request of the project.
+type AuditLogEntry struct {
+	ID          string    `json:"id"`
+	Time        time.Time `json:"time"`
+	TokenID     string    `json:"token_id"`
+	TokenName   string    `json:"token_name"`
+	Method      string    `json:"method"`
+	Path        string    `json:"path"`
+	Status      int       `json:"status"`
+	RequestID   string    `json:"request_id"`
+	SourceIP    string    `json:"source_ip"`
+	ResourceIDs []string  `json:"resource_ids"`
+	ActionIDs   []string  `json:"action_ids"`
+}
+
+// ListAuditLogParams selects a page of the audit log: entries from Start
+// (zero: the first) until End (zero: now), of one token or one resource.
+type ListAuditLogParams struct {
+	ListParams
+	Start      time.Time `query:"start"`
+	End        time.Time `query:"end"`
+	TokenID    string    `query:"token_id"`
+	ResourceID string    `query:"resource_id"`
 }

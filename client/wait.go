@@ -74,6 +74,43 @@ func (c *Client) WaitServerGone(ctx context.Context, id string, o WaitOptions) e
 	}
 }
 
+// WaitActionOptions says how WaitAction polls.
+type WaitActionOptions struct {
+	// Interval is the pause between polls (default 1 s).
+	Interval time.Duration
+	// Progress, if set, is called with the action after every poll.
+	Progress func(ServerAction)
+}
+
+// WaitAction polls an action until it is no longer running and returns it:
+// with an error wrapping ErrActionFailed if it ended in error, with an
+// APIError if the API refuses, and with the context's error when ctx ends.
+func (c *Client) WaitAction(ctx context.Context, id string, o WaitActionOptions) (ServerAction, error) {
+	every := WaitOptions{Interval: o.Interval}.interval()
+	for {
+		a, err := c.GetAction(ctx, id)
+		if err != nil {
+			return a, err
+		}
+		if o.Progress != nil {
+			o.Progress(a)
+		}
+		switch a.Status {
+		case ActionStatusSuccess:
+			return a, nil
+		case ActionStatusError:
+			msg := ""
+			if a.Error != nil {
+				msg = a.Error.Code + ": " + a.Error.Message
+			}
+			return a, fmt.Errorf("action %s (%s): %w: %s", a.ID, a.Command, ErrActionFailed, msg)
+		}
+		if err := backoff.Sleep(ctx, every); err != nil {
+			return a, err
+		}
+	}
+}
+
 // Diagnose says in a few words why a server is not (yet) running, from its
 // enforcement: what is pending, what failed and why, and a model pull's
 // progress. It is "" when the node reported everything applied.

@@ -166,6 +166,26 @@ func (s *Server) AdminHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusCreated, t)
 	})
+	mux.HandleFunc("GET /admin/audit-log", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		var since, until time.Time
+		limit, err := parseLimit(q.Get("limit"))
+		for _, p := range []struct {
+			name string
+			at   *time.Time
+		}{{"since", &since}, {"until", &until}} {
+			if v := q.Get(p.name); v != "" && err == nil {
+				if *p.at, err = time.Parse(time.RFC3339Nano, v); err != nil {
+					err = fmt.Errorf("%w: %s must be an RFC 3339 time", ErrInvalid, p.name)
+				}
+			}
+		}
+		var entries []AuditEntry
+		if err == nil {
+			entries, err = ListAudit(s.st, q.Get("project"), since, until, limit)
+		}
+		s.adminAnswer(w, http.StatusOK, entries, err)
+	})
 	mux.HandleFunc("GET /admin/nodes", func(w http.ResponseWriter, r *http.Request) {
 		nodes, err := ListNodes(s.st)
 		s.adminAnswer(w, http.StatusOK, nodes, err)

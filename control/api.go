@@ -31,6 +31,20 @@ type reqCtx struct {
 	pk      projectKeys
 	now     time.Time
 	m       *mutation
+	// audit describes a mutating request for its audit log entry (nil
+	// for a read); resources are the IDs the request made or touched
+	// beyond its path's, actions the actions it started.
+	audit     *auditInfo
+	resources []string
+	actions   []string
+}
+
+// started notes an action the request started, and its resources.
+func (rc *reqCtx) started(a actionRec) {
+	rc.actions = append(rc.actions, a.ID)
+	for _, r := range a.Resources {
+		rc.resources = append(rc.resources, r.ID)
+	}
 }
 
 // mutation returns the request's change, starting it on first use. The
@@ -93,13 +107,20 @@ func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc 
 		if !ok {
 			return
 		}
+		rc := &reqCtx{s: s, requestID: w.Header().Get("X-Request-Id"), tokenID: tok.ID,
+			project: tok.Project, pk: keysOf(tok.Project)}
+		if write {
+			// Deferred before the change lock's release: the entry of a
+			// request its change did not carry is written after it.
+			sw := &statusWriter{ResponseWriter: w}
+			w, rc.audit = sw, newAuditInfo(r, tok)
+			defer s.auditAfter(r, rc, sw)
+		}
 		if tok.Scope != ScopeReadWrite && write {
 			writeError(w, &apiError{status: http.StatusForbidden, code: CodeForbidden,
 				message: "this API token is read-only: it may only read (GET) its project"})
 			return
 		}
-		rc := &reqCtx{s: s, requestID: w.Header().Get("X-Request-Id"), tokenID: tok.ID,
-			project: tok.Project, pk: keysOf(tok.Project)}
 
 		unlock := func() error { return nil }
 		idemKey, reqHash, ierr := readIdempotency(r)
@@ -160,6 +181,7 @@ func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc 
 				return
 			default:
 				w.Header().Set("Idempotent-Replayed", "true")
+				rc.replayed(prev.Body)
 				writeRaw(w, prev.Status, prev.Body)
 				return
 			}
@@ -178,7 +200,7 @@ func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc 
 			s.internal(w, rc, err)
 			return
 		}
-		out, err := s.finish(rc, res, idemStoreKey, reqHash, idemKey != "")
+		out, err := s.finish(r, rc, res, idemStoreKey, reqHash, idemKey != "")
 		if err != nil {
 			s.internal(w, rc, err)
 			return
@@ -188,6 +210,7 @@ func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc 
 			s.internal(w, rc, err)
 			return
 		}
+		rc.setActionHeader(w)
 		writeRaw(w, res.status, out)
 	}
 }
@@ -196,8 +219,8 @@ func (s *Server) apiFrame(h apiFunc, warm warmFunc, fold bool) http.HandlerFunc 
 // with the answer to replay for its Idempotency-Key if it has one. Only
 // successful answers are remembered: a request refused for validation or
 // capacity may be retried with the same key. On error nothing is committed.
-func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) ([]byte, error) {
-	out, _, err := s.stageAnswer(rc, res, idemStoreKey, reqHash, remember)
+func (s *Server) finish(r *http.Request, rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) ([]byte, error) {
+	out, _, err := s.stageAnswer(r, rc, res, idemStoreKey, reqHash, remember)
 	if err != nil {
 		if rc.m != nil {
 			rc.m.discard()
@@ -214,8 +237,11 @@ func (s *Server) finish(rc *reqCtx, res result, idemStoreKey, reqHash string, re
 
 // stageAnswer encodes a successful answer and stages, in the request's
 // change, the answer to replay for its Idempotency-Key (kept) if it has
-// one.
-func (s *Server) stageAnswer(rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) (out, kept []byte, err error) {
+// one, and the request's audit log entry.
+func (s *Server) stageAnswer(r *http.Request, rc *reqCtx, res result, idemStoreKey, reqHash string, remember bool) (out, kept []byte, err error) {
+	if err := s.stageAudit(r, rc, res.status); err != nil {
+		return nil, nil, err
+	}
 	out, err = encodeBody(res.body)
 	if err == nil && remember && res.status < 300 {
 		kept = out
@@ -479,3 +505,10 @@ func peekBody(r *http.Request) []byte {
 type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// setActionHeader names the actions the request started in its answer.
+func (rc *reqCtx) setActionHeader(w http.ResponseWriter) {
+	for _, id := range rc.actions {
+		w.Header().Add(actionHeader, id)
+	}
+}

@@ -61,7 +61,8 @@ type apiKeyJSON struct {
 // never stored.
 type createdAPIKeyJSON struct {
 	apiKeyJSON
-	Key *string `json:"key"`
+	Key    *string     `json:"key"`
+	Action *actionJSON `json:"action,omitempty"`
 }
 
 func apiKeyOut(k apiKeyRec, u nodeapi.KeyUsage) apiKeyJSON {
@@ -159,12 +160,13 @@ func (s *Server) createAPIKey(r *http.Request, rc *reqCtx) (result, error) {
 			return result{}, err
 		}
 	}
-	if err := m.bump(srv.NodeID); err != nil {
+	act, err := s.serverAction(rc, &srv, ActAPIKeyCreate, actionResource{Type: "api_key", ID: rec.ID})
+	if err != nil {
 		return result{}, err
 	}
 	shown := apiKeyOut(rec, nodeapi.KeyUsage{})
-	return result{status: http.StatusCreated, body: createdAPIKeyJSON{apiKeyJSON: shown, Key: &secret},
-		replay: createdAPIKeyJSON{apiKeyJSON: shown}}, nil
+	return result{status: http.StatusCreated, body: createdAPIKeyJSON{apiKeyJSON: shown, Key: &secret, Action: act},
+		replay: createdAPIKeyJSON{apiKeyJSON: shown, Action: act}}, nil
 }
 
 func (s *Server) listAPIKeys(r *http.Request, rc *reqCtx) (result, error) {
@@ -227,9 +229,8 @@ func (s *Server) deleteAPIKey(r *http.Request, rc *reqCtx) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	m := rc.mutation()
-	removeAPIKey(m, rec)
-	if err := m.bump(srv.NodeID); err != nil {
+	removeAPIKey(rc.mutation(), rec)
+	if _, err := s.serverAction(rc, &srv, ActAPIKeyDelete, actionResource{Type: "api_key", ID: rec.ID}); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusNoContent}, nil

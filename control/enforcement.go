@@ -52,6 +52,18 @@ type runtimeJSON struct {
 	// reports it.
 	ContextLength *int     `json:"context_length"`
 	Capabilities  []string `json:"capabilities"`
+	// Health is the runtime's health: healthy, degraded (it does not
+	// serve: wedged, unreachable, the model not loaded) or restarting (the
+	// node restarts it).
+	Health string `json:"health"`
+	// LastRestart is the node's last restart of the runtime since the
+	// server was created; null if none.
+	LastRestart *restartJSON `json:"last_restart"`
+}
+
+type restartJSON struct {
+	At     string `json:"at"`
+	Reason string `json:"reason"`
 }
 
 type progressJSON struct {
@@ -70,7 +82,7 @@ func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 		Firewall:        concernJSON{Status: EnforcementPending},
 		SSHKeys:         concernJSON{Status: EnforcementPending},
 		APIKeys:         concernJSON{Status: EnforcementPending},
-		Runtime:         runtimeJSON{Status: EnforcementPending},
+		Runtime:         runtimeJSON{Status: EnforcementPending, Health: nodeapi.RuntimeDegraded},
 	}
 	o := n.Observed
 	if o == nil || o.Revision < srv.firstRev() {
@@ -89,7 +101,10 @@ func enforcement(srv serverRec, n nodeRec) *enforcementJSON {
 
 func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSON {
 	rt := runtimeJSON{Status: EnforcementPending, Healthy: o.RuntimeHealthy, Model: optional(o.RuntimeModel),
-		Error: optional(o.RuntimeError)}
+		Error: optional(o.RuntimeError), Health: runtimeHealth(o)}
+	if r := o.RuntimeLastRestart; r != nil && !r.At.Before(srv.CreatedAt) {
+		rt.LastRestart = &restartJSON{At: formatTime(r.At), Reason: r.Reason}
+	}
 	if o.RuntimeRevision >= srv.firstRev() {
 		rev := o.RuntimeRevision - srv.RevBase
 		rt.AppliedRevision = &rev
@@ -112,6 +127,19 @@ func runtimeState(srv serverRec, desired uint64, o *nodeapi.Observed) runtimeJSO
 		rt.Status = EnforcementApplied
 	}
 	return rt
+}
+
+// runtimeHealth is the runtime's health as o reports it; a node that does
+// not say is healthy or degraded as its runtime_healthy says.
+func runtimeHealth(o *nodeapi.Observed) string {
+	switch o.RuntimeState {
+	case nodeapi.RuntimeHealthy, nodeapi.RuntimeDegraded, nodeapi.RuntimeRestarting:
+		return o.RuntimeState
+	}
+	if o.RuntimeHealthy {
+		return nodeapi.RuntimeHealthy
+	}
+	return nodeapi.RuntimeDegraded
 }
 
 func concern(applied uint64, errMsg string, srv serverRec, desired uint64) concernJSON {

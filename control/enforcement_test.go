@@ -276,3 +276,71 @@ func TestServerShowsModelInfo(t *testing.T) {
 		t.Fatalf("after refused reports: %+v", r)
 	}
 }
+
+// TestServerShowsRuntimeHealth: the runtime's health (healthy, degraded,
+// restarting) and the node's last restart of it, time and reason, are on
+// the server as the node reports them; a node that does not report a
+// state is healthy or degraded as runtime_healthy says; a restart from
+// before the server was created is not its; a report with an unknown
+// state or a restart without its time is refused and changes nothing.
+func TestServerShowsRuntimeHealth(t *testing.T) {
+	e := newEnv(t, nil)
+	n := e.enroll(hwM4)
+	id := idOf(t, e.req("POST", "/v1/servers", serverBody("health")).must(t, 201))
+	d := n.desired(t, 0)
+	type rt struct {
+		Health      string `json:"health"`
+		LastRestart *struct {
+			At     string `json:"at"`
+			Reason string `json:"reason"`
+		} `json:"last_restart"`
+	}
+	get := func() rt {
+		var v struct {
+			Enforcement struct {
+				Runtime rt `json:"runtime"`
+			} `json:"enforcement"`
+		}
+		e.req("GET", "/v1/servers/"+id, nil).must(t, 200).decode(t, &v)
+		return v.Enforcement.Runtime
+	}
+	if r := get(); r.Health != "degraded" || r.LastRestart != nil {
+		t.Fatalf("before any report: %+v", r)
+	}
+	o := applied(d, "192.0.2.4")
+	n.report(t, o) // an older node: no state
+	if r := get(); r.Health != "healthy" {
+		t.Fatalf("runtime_healthy without a state: %+v", r)
+	}
+	at := time.Now().UTC().Truncate(time.Second).Add(time.Hour)
+	o.RuntimeHealthy, o.RuntimeState = false, nodeapi.RuntimeRestarting
+	o.RuntimeLastRestart = &nodeapi.RuntimeRestart{At: at, Reason: "wedged: nothing came back for 10s"}
+	n.report(t, o)
+	if r := get(); r.Health != "restarting" || r.LastRestart == nil || r.LastRestart.At != at.Format(time.RFC3339) ||
+		r.LastRestart.Reason != "wedged: nothing came back for 10s" {
+		t.Fatalf("restarting: %+v", r)
+	}
+	o.RuntimeHealthy, o.RuntimeState = true, nodeapi.RuntimeHealthy
+	n.report(t, o)
+	if r := get(); r.Health != "healthy" || r.LastRestart == nil {
+		t.Fatalf("after the restart: %+v", r)
+	}
+	for name, bad := range map[string]func(*nodeapi.Observed){
+		"runtime_state":        func(o *nodeapi.Observed) { o.RuntimeState = "fine" },
+		"runtime_last_restart": func(o *nodeapi.Observed) { o.RuntimeLastRestart = &nodeapi.RuntimeRestart{Reason: "x"} },
+	} {
+		o2 := o
+		bad(&o2)
+		err := n.client.ReportObserved(context.Background(), o2)
+		var ne *nodeapi.Error
+		if !errors.As(err, &ne) || ne.Status != 400 || !strings.Contains(ne.Message, name) {
+			t.Errorf("%s: %v, want a 400 naming it", name, err)
+		}
+	}
+	// A restart older than the server belongs to the node's past.
+	o.RuntimeLastRestart = &nodeapi.RuntimeRestart{At: time.Unix(1e9, 0), Reason: "old"}
+	n.report(t, o)
+	if r := get(); r.Health != "healthy" || r.LastRestart != nil {
+		t.Fatalf("a restart from before the server: %+v", r)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/hearthd/hearth/store"
@@ -231,3 +232,20 @@ func FoldWithPanic(s *Server, a, b, c string) [3]error {
 	wg.Wait()
 	return [3]error{jobs[0].err, jobs[1].err, jobs[2].err}
 }
+
+// UsageKeys lists the usage records' keys (period records of every
+// project; not the nodes' last numbers).
+func UsageKeys(t testing.TB, st store.KV) []string {
+	t.Helper()
+	var out []string
+	if err := st.Scan(pfxUsage, "", false, func(k string, _ []byte) (bool, error) {
+		out = append(out, k)
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// AuditPrefix starts every key of the audit log.
+const AuditPrefix = pfxAudit

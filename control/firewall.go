@@ -33,6 +33,9 @@ type ruleJSON struct {
 	Action      string  `json:"action"`
 	Description string  `json:"description"`
 	CreatedAt   string  `json:"created_at"`
+	// StartedAction is the action the rule's creation started (in its
+	// answer only; action is the rule's allow or deny).
+	StartedAction *actionJSON `json:"started_action,omitempty"`
 }
 
 func optional(s string) *string {
@@ -114,10 +117,13 @@ func (s *Server) createRule(r *http.Request, rc *reqCtx) (result, error) {
 	if err := m.put(rec.idKey(), rec.key()); err != nil {
 		return result{}, err
 	}
-	if err := m.bump(srv.NodeID); err != nil {
+	act, err := s.serverAction(rc, &srv, ActRuleAdd, actionResource{Type: "firewall_rule", ID: rec.ID})
+	if err != nil {
 		return result{}, err
 	}
-	return result{status: http.StatusCreated, body: ruleOut(rec)}, nil
+	out := ruleOut(rec)
+	out.StartedAction = act
+	return result{status: http.StatusCreated, body: out}, nil
 }
 
 func (s *Server) listRules(r *http.Request, rc *reqCtx) (result, error) {
@@ -189,7 +195,7 @@ func (s *Server) deleteRule(r *http.Request, rc *reqCtx) (result, error) {
 	m := rc.mutation()
 	m.b.Delete(rec.key())
 	m.b.Delete(rec.idKey())
-	if err := m.bump(srv.NodeID); err != nil {
+	if _, err := s.serverAction(rc, &srv, ActRuleDelete, actionResource{Type: "firewall_rule", ID: rec.ID}); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusNoContent}, nil

@@ -122,6 +122,9 @@ func (s *Server) changeRound(ctx context.Context) bool {
 		if j.err == nil && !j.stored && err != nil {
 			j.err = err
 		}
+		if j.err != nil && j.rc.audit != nil {
+			j.rc.audit.staged = false // not committed: written after the answer
+		}
 		close(j.done)
 	}
 	return again
@@ -194,6 +197,11 @@ func (s *Server) decide(j *changeJob, m *mutation, used map[string]*changeJob) {
 		}
 	}
 	rc.now = s.now()
+	// What an earlier build of the fold staged for it is gone.
+	rc.actions, rc.resources = nil, nil
+	if rc.audit != nil {
+		rc.audit.staged = false
+	}
 	idemStoreKey := pfxIdempotency + j.tok.ID + "/" + j.idemKey
 	if j.idemKey != "" {
 		if prev, ok := used[idemStoreKey]; ok {
@@ -204,6 +212,7 @@ func (s *Server) decide(j *changeJob, m *mutation, used map[string]*changeJob) {
 			// A copy: writeRaw appends to what it writes, and the earlier
 			// create's answer may be the same bytes.
 			j.status, j.out, j.replayed = prev.status, slices.Clone(prev.kept), true
+			rc.replayed(j.out)
 			return
 		}
 		var prev idempotencyRec
@@ -220,13 +229,14 @@ func (s *Server) decide(j *changeJob, m *mutation, used map[string]*changeJob) {
 			return
 		default:
 			j.status, j.out, j.replayed, j.stored = prev.Status, prev.Body, true, true
+			rc.replayed(j.out)
 			return
 		}
 	}
 	rc.m = m
 	res, err := runHandler(j.h, r, rc)
 	if err == nil {
-		j.out, j.kept, err = s.stageAnswer(rc, res, idemStoreKey, j.reqHash, j.idemKey != "")
+		j.out, j.kept, err = s.stageAnswer(r, rc, res, idemStoreKey, j.reqHash, j.idemKey != "")
 	}
 	if err != nil {
 		j.err = err
@@ -261,6 +271,8 @@ func (j *changeJob) answer(w http.ResponseWriter) {
 	default:
 		if j.replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
+		} else {
+			j.rc.setActionHeader(w)
 		}
 		writeRaw(w, j.status, j.out)
 	}

@@ -73,17 +73,28 @@ func parsePage(r *http.Request, allowed ...string) (page, *apiError) {
 // after the page's cursor, and collects up to limit items; load turns an
 // index entry into an item or skips it.
 func (s *Server) scanPage(prefix string, p page, load func(key string, val []byte) (any, bool, error)) (listBody, error) {
+	return s.scanPageIn(prefix, p, "", "", load)
+}
+
+// scanPageIn is scanPage within the keys [from, until) (either "": no
+// bound).
+func (s *Server) scanPageIn(prefix string, p page, from, until string, load func(key string, val []byte) (any, bool, error)) (listBody, error) {
 	out := listBody{Data: []any{}}
-	start := ""
+	start := until
 	if p.sealed != nil {
 		raw, err := s.cursorAEAD.Open(nil, p.sealed[:cursorNonceLen], p.sealed[cursorNonceLen:], []byte(prefix))
 		if err != nil || !cursorPattern.Match(raw) {
 			return listBody{}, errBadCursor
 		}
-		start = prefix + string(raw)
+		if c := prefix + string(raw); start == "" || c < start {
+			start = c
+		}
 	}
 	var last string
 	err := s.st.Scan(prefix, start, true, func(key string, val []byte) (bool, error) {
+		if from != "" && key < from {
+			return false, nil
+		}
 		item, ok, err := load(key, val)
 		if err != nil || !ok {
 			return err == nil, err

@@ -473,9 +473,18 @@ func (s *Server) applyReport(m *mutation, id string, o nodeapi.Observed, now tim
 	if e := checkReport(&o, n.Revision); e != nil {
 		return false, e, nil
 	}
-	// Usage is kept per key (recordUsage), not in the node record.
+	buckets, skipped, e := checkUsageBuckets(o.UsageBuckets, now)
+	if e != nil {
+		return false, e, nil
+	}
+	if skipped > 0 {
+		m.logWarn("usage buckets no node can have made passed over", "node", id, "buckets", skipped)
+	}
+	o.UsageBuckets = buckets
+	// Usage is kept per key (recordUsage) and over time (applyUsage), not
+	// in the node record.
 	kept := o
-	kept.Usage = nil
+	kept.Usage, kept.UsageBuckets = nil, nil
 	if n.Observed == nil || !reflect.DeepEqual(*n.Observed, kept) {
 		n.Observed, n.ObservedAt, n.LastSeen = &kept, now, now
 		m.saveNode(n)
@@ -509,11 +518,15 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 	if err := m.r.Get(keysOf(n.ServerProject).server(n.ServerID), &srv); err != nil {
 		return fmt.Errorf("load server %s: %w", n.ServerID, err)
 	}
+	// The usage comes first: a wipe's report carries the last of it.
+	if err := s.applyUsage(m, n.ID, srv, o.UsageBuckets, now); err != nil {
+		return err
+	}
 	if srv.Status == StatusDeleting {
 		if !o.Wiped || o.Revision < n.Revision {
 			return nil
 		}
-		if err := s.removeServer(m, srv); err != nil {
+		if err := s.removeServer(m, srv, now); err != nil {
 			return err
 		}
 		n.ServerID, n.ServerProject = "", ""
@@ -541,6 +554,13 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 			srv.Status, srv.StatusSince, changed = StatusRunning, now, true
 			m.logInfo("server running", "server", srv.ID, "node", n.ID, "model", srv.Model)
 		}
+	}
+	if len(srv.Actions) > 0 {
+		acted, err := m.decideActions(&srv, o, now)
+		if err != nil {
+			return err
+		}
+		changed = changed || acted
 	}
 	if !changed {
 		return nil

@@ -108,6 +108,8 @@ type serverRec struct {
 	// Becoming unreachable does not move it. Zero in records written
 	// before it existed: CreatedAt or UpdatedAt stand in.
 	StatusSince time.Time `json:"status_since,omitzero"`
+	// Actions are the server's running actions (actions.go).
+	Actions []runningAction `json:"actions,omitempty"`
 }
 
 func (r serverRec) key() string { return keysOf(r.Project).server(r.ID) }

@@ -64,5 +64,16 @@ func checkReport(o *nodeapi.Observed, issued uint64) *apiError {
 	if o.RuntimeContextLength < 0 {
 		return invalid("runtime_context_length", "runtime_context_length must not be negative")
 	}
+	switch o.RuntimeState {
+	case "", nodeapi.RuntimeHealthy, nodeapi.RuntimeDegraded, nodeapi.RuntimeRestarting:
+	default:
+		return invalid("runtime_state", "runtime_state must be healthy, degraded or restarting")
+	}
+	if r := o.RuntimeLastRestart; r != nil {
+		if r.At.IsZero() {
+			return invalid("runtime_last_restart", "runtime_last_restart needs its time")
+		}
+		r.Reason = textcheck.Clip(r.Reason, MaxReportText)
+	}
 	return nil
 }

@@ -73,6 +73,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxLongPoll caps a node's desired-state long-poll. Default 30 s.
 	MaxLongPoll time.Duration
+	// UsageHourRetention and UsageDayRetention are how long usage is kept
+	// by the hour and by the day. Defaults 14 and 400 days.
+	UsageHourRetention time.Duration
+	UsageDayRetention  time.Duration
 	// Now is the clock. Default time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -147,6 +151,15 @@ type Server struct {
 	persisted  map[string]seenRec   // node ID → its seen record as last written or read here (persistLastSeen)
 	cursorAEAD cipher.AEAD          // seals list cursors (list.go)
 
+	// auditLast is the time of the last audit log entry made here
+	// (auditStamp).
+	auditMu   sync.Mutex
+	auditLast time.Time
+
+	// usageChecked is when the sweep last looked for usage records past
+	// their retention (Unix nanoseconds).
+	usageChecked atomic.Int64
+
 	// started bounds how long a node can have been silent: time the
 	// control plane itself was down does not count against nodes.
 	started time.Time
@@ -195,6 +208,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxLongPoll <= 0 {
 		cfg.MaxLongPoll = nodeapi.DefaultWait
+	}
+	if cfg.UsageHourRetention <= 0 {
+		cfg.UsageHourRetention = 14 * 24 * time.Hour
+	}
+	if cfg.UsageDayRetention <= 0 {
+		cfg.UsageDayRetention = 400 * 24 * time.Hour
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -377,6 +396,9 @@ type mutation struct {
 	// names are the server name index entries this change staged (a
 	// fold's creates: fold.go), name key → server ID.
 	names map[string]string
+	// usage are the usage records this change adds to (usage.go), by
+	// key, written at commit.
+	usage map[string]*usageRec
 }
 
 // dryRun starts a change to be tried without the change lock and then
@@ -485,14 +507,20 @@ func (m *mutation) saveNode(n *nodeRec) {
 // revision would tell a tenant, who sees its server's revisions and can
 // read its node's, how busy every other tenant is.
 func (m *mutation) bump(nodeID string) error {
+	_, err := m.bumpRev(nodeID)
+	return err
+}
+
+// bumpRev is bump, returning the node's new revision.
+func (m *mutation) bumpRev(nodeID string) (uint64, error) {
 	n, err := m.node(nodeID)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	n.Revision++
 	m.wake[nodeID] = true
 	m.saveNode(n)
-	return nil
+	return n.Revision, nil
 }
 
 // staged is how far the change has staged, to tell whether a step staged
@@ -522,6 +550,12 @@ func (m *mutation) put(key string, v any) error {
 
 // commit makes the change durable, then wakes the nodes it touched.
 func (m *mutation) commit() error {
+	for k, r := range m.usage {
+		if err := m.b.Put(k, r); err != nil {
+			m.b.Discard()
+			return fmt.Errorf("stage %s: %w", k, err)
+		}
+	}
 	for id := range m.dirty {
 		n := m.nodes[id]
 		if err := m.put(pfxNode+id, n); err != nil {
@@ -598,7 +632,9 @@ func (m *mutation) noteEmpty(prefixes ...string) {
 }
 
 // empty reports whether the change has nothing to write.
-func (m *mutation) empty() bool { return len(m.dirty) == 0 && m.rev == m.rev0 && m.b.Empty() }
+func (m *mutation) empty() bool {
+	return len(m.dirty) == 0 && len(m.usage) == 0 && m.rev == m.rev0 && m.b.Empty()
+}
 
 // watcher returns a channel closed at the node's next change.
 func (s *Server) watcher(nodeID string) <-chan struct{} {
@@ -681,6 +717,12 @@ func (s *Server) Handler() http.Handler {
 		"GET":    s.api(s.getAPIKey),
 		"DELETE": s.api(s.deleteAPIKey),
 	})
+	route("/v1/usage", map[string]http.HandlerFunc{"GET": s.api(s.getUsage)})
+	route("/v1/servers/{id}/usage", map[string]http.HandlerFunc{"GET": s.api(s.getServerUsage)})
+	route("/v1/servers/{id}/actions", map[string]http.HandlerFunc{"GET": s.api(s.listServerActions)})
+	route("/v1/actions", map[string]http.HandlerFunc{"GET": s.api(s.listActions)})
+	route("/v1/actions/{id}", map[string]http.HandlerFunc{"GET": s.api(s.getAction)})
+	route("/v1/audit-log", map[string]http.HandlerFunc{"GET": s.api(s.listAudit)})
 	route("/v1/ssh-keys", map[string]http.HandlerFunc{
 		"GET":  s.api(s.listSSHKeys),
 		"POST": s.api(s.createSSHKey),

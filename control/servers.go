@@ -52,6 +52,9 @@ type serverJSON struct {
 	// Enforcement is set in management API answers (not in the node's
 	// desired state, which only borrows the deployment URL).
 	Enforcement *enforcementJSON `json:"enforcement,omitempty"`
+	// Action is the action a create or a change started (in its answer
+	// only).
+	Action *actionJSON `json:"action,omitempty"`
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
@@ -221,6 +224,11 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	node.ServerID, node.ServerProject = id, rc.project
 	node.Revision++
 	m.saveNode(&node)
+	act, err := m.startAction(&rec, ActCreate, node.Revision, rc.now)
+	if err != nil {
+		return result{}, err
+	}
+	rc.started(act)
 	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err
 	}
@@ -240,6 +248,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 	m.wake[node.ID] = true
 	out := s.serverJSON(rec, true)
 	out.Enforcement = enforcement(rec, node)
+	out.Action = actionOut(act)
 	return result{status: http.StatusCreated, body: out}, nil
 }
 
@@ -323,10 +332,16 @@ func (s *Server) deleteServer(r *http.Request, rc *reqCtx) (result, error) {
 	}
 	m := rc.mutation()
 	rec.Status, rec.PrevStatus, rec.StatusSince, rec.UpdatedAt = StatusDeleting, "", rc.now, rc.now
-	if err := m.put(rec.key(), rec); err != nil {
+	rev, err := m.bumpRev(rec.NodeID)
+	if err != nil {
 		return result{}, err
 	}
-	if err := m.bump(rec.NodeID); err != nil {
+	act, err := m.startAction(&rec, ActDelete, rev, rc.now)
+	if err != nil {
+		return result{}, err
+	}
+	rc.started(act)
+	if err := m.put(rec.key(), rec); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusNoContent}, nil
@@ -401,20 +416,33 @@ func (s *Server) patchServer(r *http.Request, rc *reqCtx) (result, error) {
 		}
 		rec.Name, changed = name, true
 	}
+	command := ActRename
 	if hasModel && model != rec.Model {
-		rec.Model, changed = model, true
+		rec.Model, changed, command = model, true, ActUpdateModel
 		rec.setLifecycle(StatusUpdating, rc.now)
-	}
-	if changed {
-		rec.UpdatedAt = rc.now
-		if err := m.put(rec.key(), rec); err != nil {
+		if err := m.supersede(&rec, rc.now); err != nil {
 			return result{}, err
 		}
-		if err := m.bump(rec.NodeID); err != nil {
+	}
+	var act *actionJSON
+	if changed {
+		rec.UpdatedAt = rc.now
+		rev, err := m.bumpRev(rec.NodeID)
+		if err != nil {
+			return result{}, err
+		}
+		a, err := m.startAction(&rec, command, rev, rc.now)
+		if err != nil {
+			return result{}, err
+		}
+		rc.started(a)
+		act = actionOut(a)
+		if err := m.put(rec.key(), rec); err != nil {
 			return result{}, err
 		}
 	}
 	out := s.serverJSON(rec, true)
+	out.Action = act
 	n, err := m.node(rec.NodeID)
 	if err != nil {
 		return result{}, err
@@ -426,8 +454,13 @@ func (s *Server) patchServer(r *http.Request, rc *reqCtx) (result, error) {
 }
 
 // removeServer stages the removal of a server and everything under it:
-// its name, its firewall rules and its API keys with their usage.
-func (s *Server) removeServer(m *mutation, rec serverRec) error {
+// its name, its firewall rules and its API keys with their usage; its
+// running actions end (its deletion's with success). Its usage over time,
+// its actions and its audit log entries stay: they are the project's.
+func (s *Server) removeServer(m *mutation, rec serverRec, now time.Time) error {
+	if err := m.endActions(&rec, now); err != nil {
+		return err
+	}
 	pk := keysOf(rec.Project)
 	m.b.Delete(rec.key())
 	m.unindexServer(rec)

@@ -145,10 +145,11 @@ func (s *Server) deleteSSHKey(r *http.Request, rc *reqCtx) (result, error) {
 		}
 		srv.SSHKeyIDs = slices.Delete(srv.SSHKeyIDs, i, i+1)
 		srv.UpdatedAt = rc.now
-		if err := m.put(srv.key(), srv); err != nil {
-			return false, err
+		if srv.Status == StatusDeleting { // the wipe takes every key anyway
+			return true, errors.Join(m.put(srv.key(), srv), m.bump(srv.NodeID))
 		}
-		return true, m.bump(srv.NodeID)
+		_, err := s.serverAction(rc, &srv, ActSSHKeysUpdate, actionResource{Type: "ssh_key", ID: rec.ID})
+		return err == nil, err
 	})
 	if err != nil {
 		return result{}, err

@@ -52,26 +52,38 @@ func (s *Server) Sweep() error {
 	if err != nil {
 		return err
 	}
+	// Usage records past their retention, looked for once an hour (until
+	// a look finds fewer than a change deletes).
+	var oldUsage []string
+	if last := s.usageChecked.Load(); last == 0 || now.Sub(time.Unix(0, last)) >= usageRetentionEvery {
+		if oldUsage, err = s.usageExpired(lag, now); err != nil {
+			return err
+		}
+		if len(oldUsage) < maxUsagePurge {
+			s.usageChecked.Store(now.UnixNano())
+		}
+	}
 	s.tokMu.Lock()
 	used := len(s.tokUsed) > 0
 	s.tokMu.Unlock()
-	if len(due) == 0 && len(stale) == 0 && !expiring && !used {
+	if len(due) == 0 && len(stale) == 0 && !expiring && !used && len(oldUsage) == 0 {
 		return nil
 	}
 	unlock, err := s.lock(context.Background())
 	if err != nil {
 		return err
 	}
-	if err := s.sweepLocked(due, stale); err != nil {
+	if err := s.sweepLocked(due, stale, oldUsage); err != nil {
 		_ = unlock()
 		return err
 	}
 	return unlock()
 }
 
-// sweepLocked is Sweep with the change lock held, for the servers due and
-// the Idempotency-Key records found expired.
-func (s *Server) sweepLocked(due []serverRec, stale []string) error {
+// sweepLocked is Sweep with the change lock held, for the servers due, the
+// Idempotency-Key records found expired and the usage records past their
+// retention.
+func (s *Server) sweepLocked(due []serverRec, stale, oldUsage []string) error {
 	now := s.now()
 	m := s.begin()
 	dirty := false
@@ -81,8 +93,9 @@ func (s *Server) sweepLocked(due []serverRec, stale []string) error {
 		return dirty, err
 	}
 	purge := func(m *mutation, now time.Time) (bool, error) { return purgeIdempotency(m, now, stale) }
+	purgeOld := func(m *mutation, _ time.Time) (bool, error) { return purgeUsage(m, oldUsage), nil }
 	for _, step := range []func(*mutation, time.Time) (bool, error){
-		s.persistTokenUse, sweepDue, s.expireAPIKeys, purge,
+		s.persistTokenUse, sweepDue, s.expireAPIKeys, purge, purgeOld,
 	} {
 		d, err := step(m, now)
 		if err != nil {
@@ -325,6 +338,8 @@ func (s *Server) mayBeDue(srv serverRec, now time.Time) bool {
 		return true // back to its status once its node is heard from
 	case (lc == StatusProvisioning || lc == StatusUpdating) && now.Sub(srv.since()) >= s.cfg.ProvisionTimeout:
 		return true
+	case actionsDue(srv, s.cfg.ProvisionTimeout, now):
+		return true
 	}
 	// The node record's own time can only be newer than these: heard
 	// recently by what memory holds is heard recently.
@@ -398,7 +413,7 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 		if now.Sub(srv.since()) < s.cfg.DeleteTimeout {
 			return false, nil
 		}
-		if err := s.removeServer(m, srv); err != nil {
+		if err := s.removeServer(m, srv, now); err != nil {
 			return false, err
 		}
 		n.ServerID, n.ServerProject, n.WipePending = "", "", true
@@ -414,6 +429,18 @@ func (s *Server) sweepServer(m *mutation, srv serverRec, n *nodeRec, now time.Ti
 		srv.setLifecycle(StatusFailed, now)
 		changed = true
 		m.logWarn("server did not converge in time", "server", srv.ID, "node", srv.NodeID, "was", lc, "timeout", s.cfg.ProvisionTimeout)
+		msg := fmt.Sprintf("the server did not run within %s", s.cfg.ProvisionTimeout)
+		if n.Observed != nil && n.Observed.RuntimeError != "" {
+			msg += ": " + n.Observed.RuntimeError
+		}
+		if err := m.failStatusActions(&srv, msg, now); err != nil {
+			return false, err
+		}
+	}
+	if timedOut, err := m.timeoutActions(&srv, s.cfg.ProvisionTimeout, now); err != nil {
+		return false, err
+	} else if timedOut {
+		changed = true
 	}
 	// Time the control plane was down does not count against the node.
 	heard := n.LastSeen

@@ -46,6 +46,9 @@ type Config struct {
 	// OllamaModelsDir is the private models directory for a supervised
 	// runtime (OLLAMA_MODELS).
 	OllamaModelsDir string
+	// WedgeTimeout is how long the runtime may answer nothing in flight,
+	// and a probe nothing either, before it is taken for wedged (0: never).
+	WedgeTimeout time.Duration
 	// RuntimeTimeout bounds the wait for the runtime's first answer to a
 	// chat request; past it the client gets 504.
 	RuntimeTimeout time.Duration
@@ -133,7 +136,8 @@ func Defaults() Config {
 		OllamaURL:         "http://127.0.0.1:11434",
 		OllamaBin:         "ollama",
 		RuntimeTimeout:    60 * time.Second,
-		MaxConcurrent:     64,
+		WedgeTimeout:      10 * time.Second,
+		MaxConcurrent:     1,
 		MaxQueue:          256,
 		MaxConnsPerSource: 512,
 		ReadTimeout:       30 * time.Second,
@@ -197,12 +201,16 @@ func ConfigLoader(c *Config) *config.Loader {
 		"Values are numbers, strings, booleans or arrays of them. Each source replaces the whole table.")
 
 	fs.StringVar(&c.OllamaURL, "ollama-url", c.OllamaURL, "Base URL of the model runtime (Ollama).")
-	fs.BoolVar(&c.OllamaStart, "ollama-start", c.OllamaStart, "Start and supervise ollama serve on ollama_url's host:port, instead of using one that is already running. It is restarted when it exits, and when it is found stuck.")
+	fs.BoolVar(&c.OllamaStart, "ollama-start", c.OllamaStart, "Start and supervise ollama serve on ollama_url's host:port, instead of using one that is already running. It is started with OLLAMA_NUM_PARALLEL = max_concurrent + 1, and restarted when it exits and when it is found wedged (wedge_timeout).")
 	fs.StringVar(&c.OllamaBin, "ollama-bin", c.OllamaBin, "The ollama binary started when ollama_start is on (looked up in PATH unless a path).")
 	fs.StringVar(&c.OllamaModelsDir, "ollama-models-dir", c.OllamaModelsDir, "Models directory of the supervised runtime (OLLAMA_MODELS). Empty: models in state_dir.")
-	fs.DurationVar(&c.RuntimeTimeout, "runtime-timeout", c.RuntimeTimeout, "Longest wait for the runtime's first answer to a chat request; past it the client gets 504. It also bounds when the runtime is taken for stuck rather than busy: no answer at all for 2 × it + max(it, 1m), with nothing of hearthd's ahead of the waiting requests (a supervised runtime is then restarted; docs/OPERATIONS.md).")
+	fs.DurationVar(&c.RuntimeTimeout, "runtime-timeout", c.RuntimeTimeout, "Longest wait for the runtime's first answer to a chat request; past it the client gets 504. A request that arrives while the runtime restarts waits for it as long, then gets 503.")
+	fs.DurationVar(&c.WedgeTimeout, "wedge-timeout", c.WedgeTimeout, "How long the model runtime may send nothing back for any request in flight, while a one-token probe gets no answer either, before it is taken for wedged: "+
+		"a supervised runtime is then restarted (requests wait for it, and those it cut before their first token are sent again), another is reported degraded (/readyz 503) until it answers again. "+
+		"A busy runtime is not wedged: it streams, or answers the probe on its spare slot (max_concurrent). Raise it where reading one batch of a prompt (512 tokens) takes the runtime more than half of it. 0: never (docs/runtime-wedge.md).")
 
-	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "Generations that run at once. At least 1.")
+	fs.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "Generations that run at once: the model runtime's parallel slots hearthd uses, the rest of the requests waiting in hearthd's fair queue (max_queue). "+
+		"A supervised Ollama is started with one slot more (OLLAMA_NUM_PARALLEL = max_concurrent + 1), the spare that the wedge probe uses; give an Ollama of your own that many too. Each slot holds a context of memory in the runtime. At least 1.")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "Requests that may wait for a generation slot; beyond that clients get 429. 0: no waiting.")
 	fs.IntVar(&c.MaxConnsPerSource, "max-conns-per-source", c.MaxConnsPerSource, "Connections to the deployment API one IP address may hold open at once; more are closed at once, before anything is read. 0: no cap. "+
 		"Clients behind one proxy or NAT count together: raise it (or set 0) for a proxy in front.")
@@ -274,6 +282,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConcurrent < 1 {
 		p.Add("max-concurrent", "must be at least 1, got %d", c.MaxConcurrent)
+	}
+	if c.WedgeTimeout != 0 && c.WedgeTimeout < time.Second {
+		p.Add("wedge-timeout", "must be 0 (never) or at least 1s, got %s", c.WedgeTimeout)
 	}
 	if c.MaxQueue < 0 {
 		p.Add("max-queue", "must not be negative, got %d", c.MaxQueue)

@@ -117,6 +117,7 @@ ollama_start = true
 ollama_bin = "/usr/bin/ollama"
 ollama_models_dir = "/srv/hearth/models"
 runtime_timeout = "90s"
+wedge_timeout = "30s"
 max_concurrent = 4
 max_queue = 16
 max_concurrent_per_key = 2
@@ -165,6 +166,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		OllamaBin:           "/usr/bin/ollama",
 		OllamaModelsDir:     "/srv/hearth/models",
 		RuntimeTimeout:      90 * time.Second,
+		WedgeTimeout:        30 * time.Second,
 		MaxConcurrent:       4,
 		MaxQueue:            16,
 		MaxConcurrentPerKey: 2,
@@ -413,6 +415,7 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 		name, body, key string
 	}{
 		{"zero concurrency", "max_concurrent = 0", "config max-concurrent:"},
+		{"wedge timeout too short", `wedge_timeout = "100ms"`, "config wedge-timeout: must be 0 (never) or at least 1s"},
 		{"listen not host:port", `listen = "nope"`, "config listen:"},
 		{"negative queue", "max_queue = -1", "config max-queue:"},
 		{"negative connection cap", "max_conns_per_source = -1", "config max-conns-per-source:"},

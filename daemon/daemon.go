@@ -64,7 +64,7 @@ type options struct {
 	// (default 3 s).
 	watchEvery time.Duration
 	// restartRuntime replaces the supervisor's Restart: the runtime is
-	// restarted when found stuck, as a supervised one is.
+	// restarted when found wedged, as a supervised one is.
 	restartRuntime func(ctx context.Context, reason string) error
 }
 
@@ -82,14 +82,19 @@ type node struct {
 	m    *metrics.Node
 	rt   modelRuntime // the runtime of --model; ForModel gives the others
 	// restartRuntime restarts a supervised runtime (--ollama-start) found
-	// stuck; stuck carries why to recoverRuntime, which calls it.
+	// wedged; wedged carries why to recoverRuntime, which calls it.
 	restartRuntime func(ctx context.Context, reason string) error
-	stuck          chan string
-	api            *deployapi.API
-	srv            *fasthttp.Server
-	ln             net.Listener
-	url            string // the deployment API's base URL, for the log
-	enf            *agent.Enforcer
+	wedged         chan string
+	// restarts is the runtime's restarts as the node reports them; agent
+	// is the node agent (nil without a control plane), told at once when
+	// they change.
+	restarts runtimeRestarts
+	agent    *agent.Node
+	api      *deployapi.API
+	srv      *fasthttp.Server
+	ln       net.Listener
+	url      string // the deployment API's base URL, for the log
+	enf      *agent.Enforcer
 
 	// runtime converges the model served (models does the work); a
 	// restarted runtime starts empty, so it is told when the model is lost.
@@ -255,8 +260,9 @@ func (nd *node) openRuntime() error {
 			return err
 		}
 		sup.OnExit = func(err error) {
-			nd.m.RuntimeRestarted()
+			nd.m.RuntimeRestarted(metrics.RestartExited)
 			nd.log.Warn("model runtime exited; restarting", "err", err)
+			nd.restarting("exited: " + err.Error())
 			if nd.runtime != nil {
 				nd.runtime.Lost()
 			}
@@ -273,7 +279,7 @@ func (nd *node) openRuntime() error {
 		nd.restartRuntime = nd.opts.restartRuntime
 	}
 	if nd.restartRuntime != nil {
-		nd.stuck = make(chan string, 1)
+		nd.wedged = make(chan string, 1)
 		nd.group.add(component{name: "runtime recovery", phase: phaseFront, run: nd.recoverRuntime})
 	}
 	newRuntime := nd.opts.runtime
@@ -296,9 +302,10 @@ func (nd *node) ollamaRuntime(cfg Config, log *slog.Logger) (modelRuntime, error
 		BaseURL:          cfg.OllamaURL,
 		Model:            cfg.Model,
 		FirstByteTimeout: cfg.RuntimeTimeout,
+		WedgeTimeout:     cfg.WedgeTimeout,
 		MaxConns:         cfg.MaxConcurrent + cfg.MaxQueue,
 		Logger:           log,
-		OnStuck:          nd.runtimeStuck,
+		OnWedged:         nd.runtimeWedged,
 	})
 	if err != nil {
 		return nil, err
@@ -320,7 +327,9 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 	if dir == "" {
 		dir = filepath.Join(cfg.StateDir, "models")
 	}
-	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, Logger: log}, nil
+	// One slot more than hearthd sends generations to: the wedge probe's
+	// (ollama.watch), so that a runtime busy on every slot still answers it.
+	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, NumParallel: cfg.MaxConcurrent + 1, Logger: log}, nil
 }
 
 // openAPI builds the deployment API and its listener (passed by systemd
@@ -345,6 +354,7 @@ func (nd *node) openAPI() error {
 		defer cancel()
 		return nd.api.Healthy(rctx) == nil
 	})
+	nd.m.RegisterRuntimeHealth(nd.runtimeHealth)
 
 	var certs *certreload.Reloader
 	if cfg.TLSCert != "" {

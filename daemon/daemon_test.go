@@ -20,6 +20,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm"
@@ -425,17 +427,23 @@ func TestNodeFollowsTheControlPlane(t *testing.T) {
 
 func counterValue(t *testing.T, m *metrics.Node, name string) float64 {
 	t.Helper()
+	return family(t, m, name).GetMetric()[0].GetCounter().GetValue()
+}
+
+// family is the gathered metric family name.
+func family(t *testing.T, m *metrics.Node, name string) *dto.MetricFamily {
+	t.Helper()
 	fams, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range fams {
 		if f.GetName() == name {
-			return f.GetMetric()[0].GetCounter().GetValue()
+			return f
 		}
 	}
 	t.Fatalf("%s not exported", name)
-	return 0
+	return nil
 }
 
 // mgmt calls a management API with token.
@@ -565,12 +573,13 @@ func TestNodeServesTheOrderedModelAndKeys(t *testing.T) {
 	}
 }
 
-// A supervised runtime found stuck (the Ollama backend's OnStuck) is
-// restarted: the deployment is out of service meanwhile (/readyz false,
-// chat 503, as while the model first loads), the model is loaded again,
-// and it serves again; both counters count it. A runtime hearthd does not
-// supervise is left to the backend to report.
-func TestNodeRestartsAStuckRuntime(t *testing.T) {
+// A supervised runtime found wedged (the Ollama backend's OnWedged) is
+// restarted: the restart and its reason are in the node's report and in
+// hearth_runtime_health while it runs (requests are not refused: the
+// backend holds them for the restart), the model is loaded again, which
+// ends the restart, and the counters and the recovery time count it. A
+// runtime hearthd does not supervise is left to the backend to report.
+func TestNodeRestartsAWedgedRuntime(t *testing.T) {
 	restarting := make(chan string, 1)
 	release := make(chan struct{})
 	tn := startNodeOpts(t, nil, func(o *options) {
@@ -595,42 +604,83 @@ func TestNodeRestartsAStuckRuntime(t *testing.T) {
 		t.Fatalf("chat before: %d", code)
 	}
 	warms := tn.rt.warms.Load()
-
-	if !tn.nd.runtimeStuck("test: stuck") {
-		t.Fatal("runtimeStuck = false for a supervised runtime")
+	if st, last := tn.nd.restarts.state(); st || last != nil || tn.nd.runtimeHealth() != "healthy" {
+		t.Fatalf("before: restarting %v, last %+v, health %s", st, last, tn.nd.runtimeHealth())
 	}
-	if reason := <-restarting; reason != "test: stuck" {
+
+	before := time.Now()
+	if !tn.nd.runtimeWedged("test: nothing back") {
+		t.Fatal("runtimeWedged = false for a supervised runtime")
+	}
+	if reason := <-restarting; reason != "test: nothing back" {
 		t.Fatalf("restarted for %q", reason)
 	}
-	if code, body := tn.get(t, "/readyz"); code != 503 || !strings.Contains(body, "model is loading") {
-		t.Fatalf("readyz while restarting: %d %s", code, body)
+	st, last := tn.nd.restarts.state()
+	if !st || last == nil || last.Reason != "wedged: test: nothing back" || last.At.Before(before.Add(-time.Second)) {
+		t.Fatalf("while restarting: restarting %v, last %+v", st, last)
 	}
-	if code := tn.chatStatus(t, key, "hearth-tiny"); code != 503 {
-		t.Fatalf("chat while restarting: %d, want 503", code)
+	if h := tn.nd.runtimeHealth(); h != "restarting" {
+		t.Fatalf("health while restarting: %s", h)
 	}
-	tn.waitFor(t, "STATUS=restarting the stuck model runtime")
+	tn.waitFor(t, "STATUS=restarting the wedged model runtime")
+	if code := tn.chatStatus(t, key, "hearth-tiny"); code == 503 {
+		t.Fatal("chat refused while the runtime restarts: requests wait for it")
+	}
 
 	close(release)
-	testutil.WaitFor(t, 10*time.Second, "ready again", func() bool { code, _ := tn.get(t, "/readyz"); return code == 200 })
+	testutil.WaitFor(t, 10*time.Second, "the restart over", func() bool { st, _ := tn.nd.restarts.state(); return !st })
 	if tn.rt.warms.Load() <= warms {
-		t.Fatal("ready again without loading the model again")
+		t.Fatal("the restart ended without loading the model again")
+	}
+	if _, last := tn.nd.restarts.state(); last == nil || last.Reason != "wedged: test: nothing back" {
+		t.Fatalf("last restart after: %+v", last)
+	}
+	if h := tn.nd.runtimeHealth(); h != "healthy" {
+		t.Fatalf("health after: %s", h)
 	}
 	if code := tn.chatStatus(t, key, "hearth-tiny"); code != 200 {
 		t.Fatalf("chat after: %d", code)
 	}
-	for _, name := range []string{"hearth_runtime_stuck_total", "hearth_runtime_restarts_total"} {
-		if v := counterValue(t, tn.nd.m, name); v != 1 {
-			t.Fatalf("%s = %v, want 1", name, v)
-		}
+	if v := counterValue(t, tn.nd.m, "hearth_runtime_wedges_total"); v != 1 {
+		t.Fatalf("hearth_runtime_wedges_total = %v, want 1", v)
+	}
+	if v := labelled(t, tn.nd.m, "hearth_runtime_restarts_total", "reason", "wedged"); v != 1 {
+		t.Fatalf("hearth_runtime_restarts_total{reason=wedged} = %v, want 1", v)
+	}
+	if n := histogramCount(t, tn.nd.m, "hearth_runtime_recovery_seconds"); n != 1 {
+		t.Fatalf("recoveries observed: %d, want 1", n)
 	}
 
 	unsupervised := startNode(t)
 	close(unsupervised.rt.warmOpen)
 	unsupervised.waitFor(t, "READY=1")
-	if unsupervised.nd.runtimeStuck("test: stuck") {
-		t.Fatal("runtimeStuck = true for a runtime hearthd does not supervise")
+	if unsupervised.nd.runtimeWedged("test: nothing back") {
+		t.Fatal("runtimeWedged = true for a runtime hearthd does not supervise")
 	}
-	if v := counterValue(t, unsupervised.nd.m, "hearth_runtime_stuck_total"); v != 1 {
-		t.Fatalf("hearth_runtime_stuck_total = %v, want 1", v)
+	if v := counterValue(t, unsupervised.nd.m, "hearth_runtime_wedges_total"); v != 1 {
+		t.Fatalf("hearth_runtime_wedges_total = %v, want 1", v)
 	}
+	if st, last := unsupervised.nd.restarts.state(); st || last != nil {
+		t.Fatalf("unsupervised: restarting %v, last %+v", st, last)
+	}
+}
+
+// labelled is the value of name's sample with label = value.
+func labelled(t *testing.T, m *metrics.Node, name, label, value string) float64 {
+	t.Helper()
+	for _, s := range family(t, m, name).GetMetric() {
+		for _, l := range s.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return s.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("%s{%s=%q} not exported", name, label, value)
+	return 0
+}
+
+// histogramCount is the sample count of the histogram name.
+func histogramCount(t *testing.T, m *metrics.Node, name string) uint64 {
+	t.Helper()
+	return family(t, m, name).GetMetric()[0].GetHistogram().GetSampleCount()
 }

@@ -34,10 +34,11 @@ func (nd *node) openEnforcement(ctx context.Context) error {
 	nd.enf = agent.NewEnforcer(agent.Concerns{Firewall: fw, SSHKeys: keys, APIKeys: managedKeys{nd.keys}, Runtime: nd.runtime}, nd.log)
 	run := agent.NewStandalone(cfg.DesiredStateFile, nd.enf, nd.log, agent.StandaloneConfig{}).Run
 	if cfg.ControlURL != "" {
-		na, err := nodeAgent(cfg, nd.enf, nd.api, nd.keys, nd.m, nd.log)
+		na, err := nodeAgent(cfg, nd.enf, nd.api, nd.keys, nd.m, nd.restarts.state, nd.log)
 		if err != nil {
 			return err
 		}
+		nd.agent = na
 		nd.m.RegisterControlSync(na.LastSync)
 		run = na.Run
 	}
@@ -133,7 +134,8 @@ func controlPlaneAddrsOf(ctx context.Context, controlURL string) ([]netip.AddrPo
 
 // nodeAgent builds the node agent when a control plane is configured,
 // verifying the control plane's certificate as configured.
-func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikeys.Keyring, m *metrics.Node, log *slog.Logger) (*agent.Node, error) {
+func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikeys.Keyring, m *metrics.Node,
+	restarts func() (bool, *nodeapi.RuntimeRestart), log *slog.Logger) (*agent.Node, error) {
 	pins, _ := nodeapi.ParsePins(cfg.ControlCertSHA256) // checked by Validate
 	hc, err := nodeapi.NewHTTPClient(nodeapi.TLS{CAFile: cfg.ControlCAFile, CertSHA256: pins})
 	if err != nil {
@@ -147,7 +149,15 @@ func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikey
 		CredentialPath:  filepath.Join(cfg.StateDir, "node", "credential.json"),
 		OnReceive:       func(nodeapi.Desired) { m.DesiredStateReceived() },
 		Usage:           func() []nodeapi.KeyUsage { return managedUsage(keys) },
+		UsageBuckets: func(limit int) ([]nodeapi.UsageBucket, bool, error) {
+			if err := keys.SealUsage(false); err != nil {
+				return nil, false, err
+			}
+			return keys.PendingUsage(limit)
+		},
+		UsageAccepted:   keys.AckUsage,
 		ModelInfo:       api.ModelInfo,
+		RuntimeRestarts: restarts,
 	}, enf, api.Healthy, log), nil
 }
 

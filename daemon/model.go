@@ -36,8 +36,8 @@ func (ms *modelServer) Serve(ctx context.Context, model string, progress func(ag
 		if err := ms.warm(ctx, ms.served, model); err != nil {
 			return err
 		}
-		// Back in service if a stuck runtime's restart took it out.
 		nd.api.SetWarm(true)
+		nd.runtimeBack() // a restart, if one took it, is over
 		nd.status("serving " + model)
 		return nil
 	}

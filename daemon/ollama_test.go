@@ -110,17 +110,18 @@ func testRunSupervisedOllama(t *testing.T, bin string) {
 	}
 	chat("once ready")
 
-	// Found stuck (as the backend finds it: ollama.Config.OnStuck), the
+	// Found wedged (as the backend finds it: ollama.Config.OnWedged), the
 	// supervised `ollama serve` is replaced, the model loaded again, and
 	// the deployment serves again.
-	if !nd.runtimeStuck("test: stuck") {
-		t.Fatal("runtimeStuck = false with --ollama-start")
+	if !nd.runtimeWedged("test: wedged") {
+		t.Fatal("runtimeWedged = false with --ollama-start")
 	}
 	testutil.WaitFor(t, time.Minute, "the model loaded again after the restart", func() bool {
-		return strings.Count(logs.String(), `msg="model loaded" model=daemon-tiny seconds=`) >= 2 && nd.api.Warm()
+		st, _ := nd.restarts.state()
+		return strings.Count(logs.String(), `msg="model loaded" model=daemon-tiny seconds=`) >= 2 && !st
 	})
-	for _, want := range []string{`msg="model runtime is stuck; restarting it" reason="test: stuck"`,
-		`msg="restarting ollama serve"`} {
+	for _, want := range []string{`msg="model runtime is wedged; restarting it" reason="test: wedged"`,
+		`msg="restarting ollama serve"`, `msg="model runtime restarted and the model loaded again"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Fatalf("log lacks %s:\n%s", want, logs.String())
 		}

@@ -274,6 +274,7 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		a.writeError(ctx, openai.NotFound(string(method), string(path)))
 	}
 	a.m.Request(route, ctx.Response.StatusCode())
+	a.noteFailure(ctx)
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }
@@ -288,6 +289,7 @@ func (a *API) authenticate(ctx *fasthttp.RequestCtx) (apikeys.Key, bool) {
 		a.writeError(ctx, openai.InvalidAPIKey())
 		return apikeys.Key{}, false
 	}
+	noteKey(ctx, key.ID)
 	return key, true
 }
 

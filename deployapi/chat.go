@@ -337,6 +337,7 @@ func (c *completion) observe() {
 		}
 	}
 	m.ObserveChatDuration(time.Since(c.start))
+	c.api.keys.RecordOutcome(c.sl.key.ID, c.outcome())
 }
 
 // collect runs every generation to its end for an answer that is not

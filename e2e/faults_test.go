@@ -149,7 +149,12 @@ func grepLines(s, sub string) string {
 // or not, and hearthd serves again as soon as the runtime answers.
 func TestRuntimeSlowTimesOut(t *testing.T) {
 	mock := startMockRuntime(t, "slow-model", bench.MockConfig{Tokens: 8})
-	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "slow-model", "--ollama-url", mock.URL, "--runtime-timeout", "1s", "--metrics-listen", ""}})
+	// A slot for each request: one the runtime has not answered keeps its
+	// slot after its 504 until the runtime is done with it (at most
+	// --runtime-timeout more, a minute at least), and a request behind it
+	// would wait that long in hearthd's queue.
+	h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", "slow-model", "--ollama-url", mock.URL, "--runtime-timeout", "1s", "--metrics-listen", "",
+		"--max-concurrent", "3"}})
 	mock.SetConfig(bench.MockConfig{Tokens: 8, TTFT: time.Hour})
 	for _, stream := range []bool{false, true} {
 		start := time.Now()

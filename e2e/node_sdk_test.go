@@ -43,8 +43,9 @@ func TestNodeSDK(t *testing.T) {
 		t.Fatalf("no scripts in e2e/%s (%v)", nodeDir, err)
 	}
 	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
+		// Four slots: the scripts ask for up to four choices at once.
 		h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL,
-			"--max-body-bytes", strconv.Itoa(nodeMaxBodyBytes)}})
+			"--max-body-bytes", strconv.Itoa(nodeMaxBodyBytes), "--max-concurrent", "4"}})
 		key := h.createKey("node-sdk") // through the admin socket of the running daemon
 		env := []string{
 			"HEARTH_BASE_URL=" + h.url,

@@ -143,7 +143,8 @@ func collect(t *testing.T, c openai.Client, p openai.ChatCompletionNewParams) ma
 // never does, and n=2 gives two choices streamed and not.
 func TestSDKForcedToolsAndChoices(t *testing.T) {
 	shared.ollama.ForEach(t, func(t *testing.T, inst *ollamatest.Instance) {
-		h := attachedTo(t, inst)
+		// Five choices run at once: five generation slots.
+		h := startHearthd(t, hearthdOpts{ready: true, args: []string{"--model", inst.Model, "--ollama-url", inst.URL, "--max-concurrent", "5"}})
 		c := h.client(h.secret)
 		ctx := context.Background()
 		weather, alarm := compileSchema(t, weatherParams), compileSchema(t, alarmParams)

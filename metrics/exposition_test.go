@@ -63,8 +63,10 @@ func scriptedNode() *Node {
 	n.AuthFailure(AuthInvalid)
 	n.RegisterQueueDepth(func() int { return 3 })
 	n.RegisterRuntimeUp(func() bool { return true })
-	n.RuntimeRestarted()
-	n.RuntimeStuck()
+	n.RegisterRuntimeHealth(func() string { return "healthy" })
+	n.RuntimeRestarted(RestartWedged)
+	n.RuntimeWedged()
+	n.RuntimeRecovered(6 * time.Second)
 	n.SetModelLoadDuration(2250 * time.Millisecond)
 	n.RegisterFirewall(func() FirewallStats {
 		return FirewallStats{Applies: 3, ApplyFailures: 1, DriftRepairs: 1, Rules: 4,

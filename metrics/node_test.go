@@ -201,19 +201,47 @@ hearth_runtime_up 1
 	}
 }
 
-func TestRuntimeRestartsAndModelLoad(t *testing.T) {
+func TestRuntimeRestartsWedgesAndModelLoad(t *testing.T) {
 	n := NewNode("test")
-	n.RuntimeRestarted()
-	n.RuntimeRestarted()
+	n.RuntimeRestarted(RestartWedged)
+	n.RuntimeRestarted(RestartWedged)
+	n.RuntimeRestarted(RestartExited)
+	n.RuntimeWedged()
+	n.RuntimeRecovered(4 * time.Second)
 	n.SetModelLoadDuration(1500 * time.Millisecond)
 	compare(t, n.Registry(), `
 # HELP hearth_model_load_duration_seconds Time the last load of the deployment's model took.
 # TYPE hearth_model_load_duration_seconds gauge
 hearth_model_load_duration_seconds 1.5
-# HELP hearth_runtime_restarts_total Times the model runtime process was restarted by hearthd.
+# HELP hearth_runtime_restarts_total Times hearthd restarted the model runtime, by reason: wedged (it took requests and answered none), exited (the process ended on its own).
 # TYPE hearth_runtime_restarts_total counter
-hearth_runtime_restarts_total 2
-`, "hearth_model_load_duration_seconds", "hearth_runtime_restarts_total")
+hearth_runtime_restarts_total{reason="exited"} 1
+hearth_runtime_restarts_total{reason="wedged"} 2
+# HELP hearth_runtime_wedges_total Times the model runtime was found wedged: requests in flight, nothing back from any of them and no answer to a one-token probe for wedge_timeout. A supervised one is restarted (hearth_runtime_restarts_total{reason="wedged"}).
+# TYPE hearth_runtime_wedges_total counter
+hearth_runtime_wedges_total 1
+`, "hearth_model_load_duration_seconds", "hearth_runtime_restarts_total", "hearth_runtime_wedges_total")
+	if got := testutil.CollectAndCount(n.Registry(), "hearth_runtime_recovery_seconds"); got != 1 {
+		t.Fatalf("recovery histogram: %d series", got)
+	}
+}
+
+// hearth_runtime_health is absent until registered, then one series per
+// state, 1 for the current one.
+func TestRuntimeHealth(t *testing.T) {
+	n := NewNode("test")
+	if got := testutil.CollectAndCount(n.Registry(), "hearth_runtime_health"); got != 0 {
+		t.Fatalf("exposed before registered: %d", got)
+	}
+	state := "restarting"
+	n.RegisterRuntimeHealth(func() string { return state })
+	compare(t, n.Registry(), `
+# HELP hearth_runtime_health The model runtime's health: 1 for its state (healthy; degraded: it does not serve, e.g. wedged and not restarted by hearthd; restarting: hearthd restarts it), 0 for the others.
+# TYPE hearth_runtime_health gauge
+hearth_runtime_health{state="degraded"} 0
+hearth_runtime_health{state="healthy"} 0
+hearth_runtime_health{state="restarting"} 1
+`, "hearth_runtime_health")
 }
 
 func TestFirewallCollectorReadsStatsAtScrape(t *testing.T) {

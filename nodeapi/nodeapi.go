@@ -127,16 +127,40 @@ type Observed struct {
 	// Zero and nil when it does not say.
 	RuntimeContextLength int      `json:"runtime_context_length,omitempty"`
 	RuntimeCapabilities  []string `json:"runtime_capabilities,omitempty"`
-	FirewallRevision     uint64   `json:"firewall_revision"`
-	FirewallError        string   `json:"firewall_error,omitempty"`
-	SSHKeysRevision      uint64   `json:"ssh_keys_revision"`
-	SSHKeysError         string   `json:"ssh_keys_error,omitempty"`
-	APIKeysRevision      uint64   `json:"api_keys_revision"`
-	APIKeysError         string   `json:"api_keys_error,omitempty"`
+	// RuntimeState is the runtime's health: RuntimeHealthy,
+	// RuntimeDegraded (it does not serve: wedged and not restarted by
+	// hearthd, unreachable, the model not loaded) or RuntimeRestarting
+	// (hearthd restarts it). Empty from a node that does not say.
+	RuntimeState string `json:"runtime_state,omitempty"`
+	// RuntimeLastRestart is hearthd's last restart of the runtime, if any.
+	RuntimeLastRestart *RuntimeRestart `json:"runtime_last_restart,omitempty"`
+	FirewallRevision   uint64          `json:"firewall_revision"`
+	FirewallError      string          `json:"firewall_error,omitempty"`
+	SSHKeysRevision    uint64          `json:"ssh_keys_revision"`
+	SSHKeysError       string          `json:"ssh_keys_error,omitempty"`
+	APIKeysRevision    uint64          `json:"api_keys_revision"`
+	APIKeysError       string          `json:"api_keys_error,omitempty"`
 	// Usage is the cumulative use of each managed API key.
 	Usage []KeyUsage `json:"usage,omitempty"`
+	// UsageBuckets are the node's usage buckets not yet accepted, oldest
+	// first (increasing Seq), at most MaxUsageBuckets.
+	UsageBuckets []UsageBucket `json:"usage_buckets,omitempty"`
 	// Wiped reports that the wipe requested at Revision is done.
 	Wiped bool `json:"wiped"`
+}
+
+// Runtime states (Observed.RuntimeState).
+const (
+	RuntimeHealthy    = "healthy"
+	RuntimeDegraded   = "degraded"
+	RuntimeRestarting = "restarting"
+)
+
+// RuntimeRestart is one restart of the runtime by hearthd: when it began,
+// and why (the wedge found, or the exit).
+type RuntimeRestart struct {
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
 }
 
 // ErrorBody is the control plane's error envelope.

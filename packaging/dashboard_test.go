@@ -296,6 +296,7 @@ var (
 // notOnDashboard lists exported metrics the dashboard leaves out on
 // purpose, with why.
 var notOnDashboard = map[string]string{
+	"hearth_runtime_recovery_seconds":                    "rare events: the restarts panel shows each, the log line its time",
 	"hearth_firewall_last_apply_timestamp_seconds":       "an apply without drift is rare; last success covers health",
 	"hearth_firewall_last_drift_check_timestamp_seconds": "last success moves with every passing drift check",
 	"hearth_control_last_sync_timestamp_seconds":         "shown as hearth_control_sync_lag_seconds",

@@ -64,6 +64,9 @@ func parseFleetFlags(args []string) (bench.FleetConfig, fleetFlags, error) {
 	fs.DurationVar(&c.ReportInterval, "report-interval", 10*time.Second, "each node's periodic report of a changed state (the agent's default)")
 	fs.DurationVar(&c.ReportRefresh, "report-refresh", 60*time.Second, "each node's periodic report of an unchanged state (the agent's default)")
 	fs.DurationVar(&c.PollWait, "poll-wait", 30*time.Second, "each node's long-poll wait (the agent's default)")
+	fs.DurationVar(&c.UsageDuration, "usage", 60*time.Second, "each usage phase: every node's key in use, reported with counters only, with minute buckets, with a bucket every report (0 skips them)")
+	fs.IntVar(&c.QueryKeys, "query-keys", 1000, "API keys of the project whose usage is read back")
+	fs.IntVar(&c.QueryDays, "query-days", 30, "days of usage that project is given, read back by day")
 	scale := fs.Float64("scale", 1, "multiply the phase durations")
 	fs.StringVar(&f.out, "out", "bench/results", "directory for the JSON and Markdown results")
 	fs.StringVar(&f.profile, "profile", "", "directory for the control plane's CPU profiles per phase, heap and goroutines (builds hearth-control with a pprof listener)")
@@ -77,7 +80,7 @@ func parseFleetFlags(args []string) (bench.FleetConfig, fleetFlags, error) {
 	if f.variants, err = parseVariants(*backends); err != nil {
 		return c, f, err
 	}
-	for _, d := range []*time.Duration{&c.CreateDuration, &c.ChurnDuration, &c.IdleDuration, &c.ReportDuration} {
+	for _, d := range []*time.Duration{&c.CreateDuration, &c.ChurnDuration, &c.IdleDuration, &c.ReportDuration, &c.UsageDuration} {
 		*d = time.Duration(float64(*d) * *scale)
 	}
 	c.ControlArgs = strings.Fields(*controlArgs)

@@ -7,6 +7,7 @@
 //	hearth-bench mock [flags]   only the mock runtime
 //	hearth-bench load [flags]   only the load generator, at any OpenAI base URL
 //	hearth-bench fleet [flags]  the control plane under a simulated fleet (make bench-fleet)
+//	hearth-bench soak [flags]   hearthd and a real Ollama under mixed traffic for minutes (make soak)
 package main
 
 import (
@@ -38,6 +39,7 @@ const usage = `usage:
   hearth-bench mock [flags]   serve the mock runtime
   hearth-bench load [flags]   drive load at an OpenAI-compatible base URL
   hearth-bench fleet [flags]  drive a simulated fleet at the control plane (see hearth-bench fleet -h)
+  hearth-bench soak [flags]   hearthd supervising a real Ollama under mixed traffic (see hearth-bench soak -h)
 `
 
 func main() {
@@ -58,6 +60,8 @@ func main() {
 		err = runLoad(ctx, args[1:])
 	case "fleet":
 		err = runFleet(ctx, log, args[1:])
+	case "soak":
+		err = runSoak(ctx, log, args[1:])
 	default:
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)
@@ -213,27 +217,11 @@ func runSuite(ctx context.Context, log *slog.Logger, args []string) error {
 	if err != nil {
 		log.Warn("open-file limit", "limit", noFile, "err", err)
 	}
-	work, err := os.MkdirTemp("", "hearth-bench-")
+	work, logw, cleanup, err := hearthdSetup(ctx, log, "hearth-bench-", hearthd, *hearthdLog)
 	if err != nil {
-		return fmt.Errorf("work dir: %w", err)
+		return err
 	}
-	defer os.RemoveAll(work)
-	if *hearthd == "" {
-		*hearthd = filepath.Join(work, "hearthd")
-		log.Info("building hearthd")
-		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *hearthd, "./cmd/hearthd").CombinedOutput(); err != nil {
-			return fmt.Errorf("build hearthd: %w: %s", err, out)
-		}
-	}
-	var logw io.Writer
-	if *hearthdLog != "" {
-		f, err := os.Create(*hearthdLog)
-		if err != nil {
-			return fmt.Errorf("hearthd log: %w", err)
-		}
-		defer f.Close()
-		logw = f
-	}
+	defer cleanup()
 
 	rep := &bench.Report{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench run " + strings.Join(args, " ")}
 	if env := systemd.HearthdEnvironment(); len(env) > 0 {
@@ -464,4 +452,32 @@ func startMockProcess(ctx context.Context) (url string, pid int, stop func(), er
 		return "", 0, nil, fmt.Errorf("mock printed %q, want its URL", url)
 	}
 	return url, cmd.Process.Pid, stop, nil
+}
+
+// hearthdSetup makes a work directory (prefix), builds hearthd into it
+// unless *bin names one (and sets *bin), and opens logPath, if given, for
+// hearthd's and Ollama's output (nil writer otherwise); cleanup closes the
+// log and removes the directory.
+func hearthdSetup(ctx context.Context, log *slog.Logger, prefix string, bin *string, logPath string) (work string, logw io.Writer, cleanup func(), err error) {
+	if work, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, nil, fmt.Errorf("work dir: %w", err)
+	}
+	cleanup = func() { os.RemoveAll(work) }
+	if *bin == "" {
+		*bin = filepath.Join(work, "hearthd")
+		log.Info("building hearthd")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *bin, "./cmd/hearthd").CombinedOutput(); err != nil {
+			cleanup()
+			return "", nil, nil, fmt.Errorf("build hearthd: %w: %s", err, out)
+		}
+	}
+	if logPath == "" {
+		return work, nil, cleanup, nil
+	}
+	f, err := os.Create(logPath)
+	if err != nil {
+		cleanup()
+		return "", nil, nil, fmt.Errorf("hearthd log: %w", err)
+	}
+	return work, f, func() { f.Close(); os.RemoveAll(work) }, nil
 }

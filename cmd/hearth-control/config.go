@@ -25,6 +25,8 @@ type settings struct {
 	ProvisionTimeout      time.Duration
 	NodeTimeout           time.Duration
 	DeleteTimeout         time.Duration
+	UsageHourRetention    time.Duration
+	UsageDayRetention     time.Duration
 	RateLimit             float64
 	RateBurst             int
 	NodeRateLimit         float64
@@ -49,6 +51,8 @@ func defaults() settings {
 		ProvisionTimeout:      10 * time.Minute,
 		NodeTimeout:           90 * time.Second,
 		DeleteTimeout:         5 * time.Minute,
+		UsageHourRetention:    14 * 24 * time.Hour,
+		UsageDayRetention:     400 * 24 * time.Hour,
 		RateLimit:             20,
 		RateBurst:             40,
 		NodeRateLimit:         10,
@@ -79,6 +83,8 @@ func loader(s *settings) *config.Loader {
 	fs.DurationVar(&s.ProvisionTimeout, "provision-timeout", s.ProvisionTimeout, "Time a server may stay provisioning, or updating after a model change, before it is marked failed.")
 	fs.DurationVar(&s.NodeTimeout, "node-timeout", s.NodeTimeout, "Time a node may stay silent before its server shows as unreachable.")
 	fs.DurationVar(&s.DeleteTimeout, "delete-timeout", s.DeleteTimeout, "Time a server stays deleting when its node does not report the wipe; then the server is removed and the node stays out of the pool until it reports the wipe.")
+	fs.DurationVar(&s.UsageHourRetention, "usage-hour-retention", s.UsageHourRetention, "How long usage is kept by the hour (GET /v1/usage?granularity=hour); older hours are deleted.")
+	fs.DurationVar(&s.UsageDayRetention, "usage-day-retention", s.UsageDayRetention, "How long usage is kept by the day; older days are deleted. At least usage_hour_retention.")
 	fs.Float64Var(&s.RateLimit, "rate-limit", s.RateLimit, "Management API requests per second per API token (token bucket refill); beyond it clients get 429. Positive.")
 	fs.IntVar(&s.RateBurst, "rate-burst", s.RateBurst, "Token bucket size per API token: requests that may come at once. At least 1.")
 	fs.Float64Var(&s.NodeRateLimit, "node-rate-limit", s.NodeRateLimit, "Node protocol requests (long-polls and reports) per second per node; beyond it the node gets 429 and backs off. Those a change of the node's desired state causes are not counted. Positive.")
@@ -130,6 +136,12 @@ func (s settings) Validate() error {
 	}
 	if s.DeleteTimeout <= 0 {
 		p.Add("delete-timeout", "must be positive, got %s", s.DeleteTimeout)
+	}
+	if s.UsageHourRetention < time.Hour {
+		p.Add("usage-hour-retention", "must be at least 1h, got %s", s.UsageHourRetention)
+	}
+	if s.UsageDayRetention < 24*time.Hour || s.UsageDayRetention < s.UsageHourRetention {
+		p.Add("usage-day-retention", "must be at least 24h and at least usage-hour-retention, got %s", s.UsageDayRetention)
 	}
 	if !(s.RateLimit > 0) { // also NaN
 		p.Add("rate-limit", "must be positive, got %v", s.RateLimit)

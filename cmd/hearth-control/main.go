@@ -47,6 +47,8 @@ Usage:
   hearth-control tokens revoke ID                               revoke a token; its next request is refused
   hearth-control enrollment-tokens create [--uses N] [--ttl D]  issue a node enrollment token (printed once)
   hearth-control nodes list                                     list enrolled nodes (JSON)
+  hearth-control audit-log [--project P] [--since T] [--until T] [--limit N] [--json]
+                                                                every project's (or P's) audit log, newest first (T: RFC 3339 or a duration ago, e.g. 24h)
   hearth-control migrate-store --database-url URL               copy the Pebble state (stopped control plane) into an empty PostgreSQL database
   hearth-control version                                        print the version
 Every command takes --config (default /etc/hearth/control.toml if present), --state-dir, --admin-socket and --database-url
@@ -60,6 +62,9 @@ func program() command.Program {
 	cmds := map[string]command.Func{
 		"serve":         func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) },
 		"migrate-store": migrateStore,
+		"audit-log": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return operate(ctx, "audit-log", auditLog, args, stdout, stderr)
+		},
 	}
 	for noun, verbs := range operatorCommands {
 		cmds[noun] = func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -109,6 +114,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	srv, err := control.New(control.Config{
 		Store: st, DeploymentURLTemplate: cfg.DeploymentURLTemplate, ProvisionTimeout: cfg.ProvisionTimeout,
 		NodeTimeout: cfg.NodeTimeout, DeleteTimeout: cfg.DeleteTimeout,
+		UsageHourRetention: cfg.UsageHourRetention, UsageDayRetention: cfg.UsageDayRetention,
 		RateLimit: cfg.RateLimit, RateBurst: cfg.RateBurst, NodeRateLimit: cfg.NodeRateLimit, NodeRateBurst: cfg.NodeRateBurst,
 		Logger: logger,
 	})

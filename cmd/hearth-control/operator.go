@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -283,4 +284,67 @@ func nodesList(o *operator, args []string) error {
 		return err
 	}
 	return o.json(nodes)
+}
+
+func auditLog(o *operator, args []string) error {
+	project := o.fs.String("project", "", "only this project's log (ID or name)")
+	since := o.fs.String("since", "", "entries from this time on: RFC 3339, or a duration ago such as 24h")
+	until := o.fs.String("until", "", "entries before this time: RFC 3339, or a duration ago")
+	limit := o.fs.Int("limit", 50, "at most this many entries, the newest")
+	asJSON := o.fs.Bool("json", false, "print JSON instead of a table")
+	if _, err := o.parse(args, 0); err != nil {
+		return err
+	}
+	now := time.Now()
+	from, err := pastTime(*since, now)
+	if err != nil {
+		return fmt.Errorf("--since: %w", err)
+	}
+	to, err := pastTime(*until, now)
+	if err != nil {
+		return fmt.Errorf("--until: %w", err)
+	}
+	if *limit < 1 {
+		return errors.New("--limit must be at least 1")
+	}
+	q := url.Values{"project": {*project}, "limit": {strconv.Itoa(*limit)}}
+	if !from.IsZero() {
+		q.Set("since", from.Format(time.RFC3339Nano))
+	}
+	if !to.IsZero() {
+		q.Set("until", to.Format(time.RFC3339Nano))
+	}
+	var entries []control.AuditEntry
+	err = o.do(http.MethodGet, "/admin/audit-log?"+q.Encode(), nil, &entries, func(st store.KV) (err error) {
+		entries, err = control.ListAudit(st, *project, from, to, *limit)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return o.json(entries)
+	}
+	rows := [][]string{{"TIME", "PROJECT", "TOKEN", "SOURCE", "REQUEST", "STATUS", "RESOURCES"}}
+	for _, e := range entries {
+		rows = append(rows, []string{e.At.Format(time.RFC3339), e.Project, e.TokenID + " (" + e.TokenName + ")", e.Source,
+			e.Method + " " + e.Path, strconv.Itoa(e.Status), strings.Join(e.ResourceIDs, ",")})
+	}
+	return o.table(rows)
+}
+
+// pastTime reads an RFC 3339 time, or a duration before now; "" is the
+// zero time (no bound).
+func pastTime(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration such as 24h", s)
+	}
+	return now.Add(-d), nil
 }

@@ -251,6 +251,19 @@ func checkOperatorCommands(t *testing.T, c cli) {
 		t.Fatalf("after revoking: %v\n%s", err, out)
 	}
 
+	// The audit log: nothing was asked of the management API yet.
+	if out, _ := c.must("audit-log", "--json", "--since", "24h"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("audit-log --json: %q", out)
+	}
+	if table, _ := c.must("audit-log", "--project", "acme"); strings.Join(strings.Fields(table), " ") != "TIME PROJECT TOKEN SOURCE REQUEST STATUS RESOURCES" {
+		t.Fatalf("audit-log: %q", table)
+	}
+	for args, want := range map[string]string{"--project nope": `no project "nope"`, "--since yesterday": "--since", "--limit 0": "--limit"} {
+		if _, _, err := c.run(append([]string{"audit-log"}, strings.Fields(args)...)...); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("audit-log %s: %v, want an error saying %q", args, err, want)
+		}
+	}
+
 	// The real binary's exit codes: 0, and non-zero for each refusal.
 	if code, msg := c.exitCode("tokens", "list"); code != 0 {
 		t.Fatalf("tokens list exit %d: %s", code, msg)

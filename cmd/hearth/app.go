@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, s stdio) int {
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "hearth",
-		Short: "Manage your hearth deployments: servers, SSH keys, firewall rules and API keys",
+		Short: "Manage your hearth deployments: servers, SSH keys, firewall rules, API keys, usage, actions, audit log",
 		Long: `hearth manages the servers you rent from a hearth control plane.
 
 It connects with HEARTH_URL and HEARTH_TOKEN, or with a context of its
@@ -82,7 +82,8 @@ unavailable, 7 the server failed (--wait), 8 --wait-timeout passed.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usagef(err.Error() + "\nRun '" + c.CommandPath() + " --help' for usage.")
 	})
-	root.AddCommand(a.serverCommand(), a.sshKeyCommand(), a.firewallRuleCommand(), a.apiKeyCommand(), a.contextCommand())
+	root.AddCommand(a.serverCommand(), a.sshKeyCommand(), a.firewallRuleCommand(), a.apiKeyCommand(), a.usageCommand(),
+		a.actionCommand(), a.auditLogCommand(), a.contextCommand())
 	// Added now rather than when the command line runs, so that
 	// refuseUnknown covers them.
 	root.InitDefaultHelpCmd()

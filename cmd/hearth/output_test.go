@@ -28,10 +28,12 @@ func TestTables(t *testing.T) {
 		Billing: "monthly", SSHKeyIDs: []string{"sk_BBBBBBBBBBBBBBBBBBBBBBBB"}, IP: str("203.0.113.7"),
 		CreatedAt: ago(3 * time.Hour), UpdatedAt: ago(90 * time.Second),
 		Enforcement: client.Enforcement{DesiredRevision: 42,
-			Firewall:   client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
-			SSHKeys:    client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
-			APIKeys:    client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
-			Runtime:    client.RuntimeEnforcement{Status: "applied", Healthy: true, Model: str("llama3.2:1b"), AppliedRevision: rev(42)},
+			Firewall: client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
+			SSHKeys:  client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
+			APIKeys:  client.EnforcementConcern{Status: "applied", AppliedRevision: rev(42)},
+			Runtime: client.RuntimeEnforcement{Status: "applied", Healthy: true, Model: str("llama3.2:1b"), AppliedRevision: rev(42),
+				Health: client.RuntimeHealthy, LastRestart: &client.RuntimeRestart{At: ago(20 * time.Minute),
+					Reason: "wedged: nothing came back from 1 request(s) in flight for 10s, and a one-token probe got no answer in 5s"}},
 			ReportedAt: &reported}}
 	pulling := client.Server{ID: "srv_CCCCCCCCCCCCCCCCCCCCCCCC", Name: "big", Status: client.StatusUpdating, Chip: "m4",
 		RAM: 64, Storage: 500, Stack: client.StackDeployment, Model: "llama3.1:70b", DeploymentURL: "https://big.example.com/api/v1",
@@ -40,7 +42,8 @@ func TestTables(t *testing.T) {
 			Firewall: client.EnforcementConcern{Status: "failed", AppliedRevision: rev(48), Error: str("nft: no such table")},
 			SSHKeys:  client.EnforcementConcern{Status: "applied", AppliedRevision: rev(50)},
 			APIKeys:  client.EnforcementConcern{Status: "pending", AppliedRevision: rev(48)},
-			Runtime: client.RuntimeEnforcement{Status: "pending", Healthy: true, Model: str("llama3.1:8b"), AppliedRevision: rev(47),
+			Runtime: client.RuntimeEnforcement{Status: "pending", Healthy: false, Model: str("llama3.1:8b"), AppliedRevision: rev(47),
+				Health:   client.RuntimeRestarting,
 				Progress: &client.PullProgress{Status: "pulling 6a0746a1ec1a", Completed: 1 << 30, Total: 4 << 30}},
 			ReportedAt: &reported}}
 	bare := client.Server{ID: "srv_DDDDDDDDDDDDDDDDDDDDDDDD", Name: "build", Status: client.StatusProvisioning, Chip: "cpu",
@@ -65,10 +68,46 @@ func TestTables(t *testing.T) {
 	sshKeys := []client.SSHKey{{ID: "sk_BBBBBBBBBBBBBBBBBBBBBBBB", Name: "alice@laptop", PublicKey: testKey,
 		Fingerprint: "SHA256:3ZqJ0bTkWzL3T1g7mLrKD3Zb0oQb8m2l7eP2tP0kqVw", Type: "ssh-ed25519", Bits: 256, CreatedAt: ago(26 * time.Hour)}}
 
+	fin := ago(time.Hour - 3*time.Second)
+	actions := []client.ServerAction{
+		{ID: "act_KKKKKKKKKKKKKKKKKKKKKKKK", Command: client.CommandCreate, Status: client.ActionStatusRunning, Progress: 40,
+			StartedAt: ago(time.Minute), Resources: []client.ActionResource{{Type: "server", ID: running.ID}}},
+		{ID: "act_LLLLLLLLLLLLLLLLLLLLLLLL", Command: client.CommandFirewallRuleAdd, Status: client.ActionStatusError,
+			StartedAt: ago(time.Hour), FinishedAt: &fin, Error: &client.ActionError{Code: "apply_failed", Message: "nft: no such table"},
+			Resources: []client.ActionResource{{Type: "server", ID: running.ID}, {Type: "firewall_rule", ID: rules[0].ID}}},
+	}
+	p50, p95 := 120.5, 480.0
+	day := func(i int) time.Time { return time.Date(2026, 11, 15+i, 0, 0, 0, 0, time.UTC) }
+	byKey := client.ByAPIKey
+	usage := client.Usage{Start: day(0), End: day(7), Granularity: client.Daily, GroupBy: &byKey}
+	for i := range 7 {
+		b := client.UsageBucket{Start: day(i), End: day(i + 1)}
+		for k, key := range keys {
+			r := client.UsageResult{ServerID: running.ID, APIKeyID: key.ID}
+			if k == 0 || i == 6 {
+				r.Requests, r.PromptTokens, r.CompletionTokens = int64(10*i+k), int64(100*i), int64(300*i)
+				r.TTFTP50, r.TTFTP95 = &p50, &p95
+			}
+			b.Results = append(b.Results, r)
+		}
+		usage.Data = append(usage.Data, b)
+	}
+	total := client.Usage{Start: day(0), End: day(2), Granularity: client.Daily, Data: []client.UsageBucket{
+		{Start: day(0), End: day(1), Results: []client.UsageResult{{}}},
+		{Start: day(1), End: day(2), Results: []client.UsageResult{{Requests: 4, PromptTokens: 40, CompletionTokens: 80, ReasoningTokens: 8, Errors: 1, TTFTP50: &p50, TTFTP95: &p95}}}}}
+	audit := []client.AuditLogEntry{{ID: "aud_MMMMMMMMMMMMMMMMMMMMMMMM", Time: ago(30 * time.Second), TokenID: "tok_NNNNNNNNNNNNNNNNNNNNNNNN",
+		TokenName: "ci", Method: "DELETE", Path: "/v1/servers/" + running.ID, Status: 204, RequestID: "req_1", SourceIP: "198.51.100.7",
+		ResourceIDs: []string{running.ID}, ActionIDs: []string{actions[0].ID}}}
+
 	for _, tc := range []struct {
 		name   string
 		render func(*bytes.Buffer) error
 	}{
+		{"actions", func(b *bytes.Buffer) error { return renderActions(b, actions, now) }},
+		{"action", func(b *bytes.Buffer) error { return renderAction(b, actions[1], now) }},
+		{"usage-by-key", func(b *bytes.Buffer) error { return renderUsage(b, usage, true) }},
+		{"usage", func(b *bytes.Buffer) error { return renderUsage(b, total, false) }},
+		{"audit-log", func(b *bytes.Buffer) error { return renderAuditLog(b, audit, now) }},
 		{"servers", func(b *bytes.Buffer) error { return renderServers(b, []client.Server{running, pulling, bare}, now) }},
 		{"server-running", func(b *bytes.Buffer) error { return renderServer(b, running, now) }},
 		{"server-updating", func(b *bytes.Buffer) error { return renderServer(b, pulling, now) }},

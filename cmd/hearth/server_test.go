@@ -36,6 +36,8 @@ func TestServerLifecycle(t *testing.T) {
 	inv := h.start("server", "create", "--name", "web", "--chip", "cpu", "--ram", "8", "--storage", "40",
 		"--model", "tiny:1b", "--ssh-key", "alice@laptop", "--wait", "--poll-interval", "20ms", "-o", "json")
 	waitStderr(t, inv, "(web): provisioning, model pending")
+	node.Pull(25, 100) // the wait shows its create action's progress
+	waitStderr(t, inv, "running 25%]")
 	node.Release()
 	r := inv.wait(t)
 	var srv client.Server
@@ -43,7 +45,7 @@ func TestServerLifecycle(t *testing.T) {
 		len(srv.SSHKeyIDs) != 1 || srv.SSHKeyIDs[0] != key.ID || *srv.IP != "203.0.113.7" {
 		t.Fatalf("create --wait: %v", r)
 	}
-	if !strings.HasSuffix(r.err, "(web): running\n") {
+	if !regexp.MustCompile(`\(web\): running \[create act_\w+ success 100%\]\n$`).MatchString(r.err) {
 		t.Fatalf("progress did not end with running:\n%s", r.err)
 	}
 

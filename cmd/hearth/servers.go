@@ -79,7 +79,7 @@ func (a *app) finishServer(ctx context.Context, c *client.Client, w waitFlags, s
 	if !w.wait || srv.Status == client.StatusRunning {
 		return show(a, srv, renderServer)
 	}
-	srv, err := a.waitRunning(ctx, c, w, srv.ID)
+	srv, err := a.waitRunning(ctx, c, w, srv.ID, srv.Action)
 	if err == nil || errors.Is(err, client.ErrServerFailed) {
 		if serr := show(a, srv, renderServer); err == nil {
 			err = serr

@@ -70,8 +70,11 @@ func renderServers(w io.Writer, servers []client.Server, now time.Time) error {
 	return t.flush()
 }
 
+// newFieldWriter aligns "Field: value" lines.
+func newFieldWriter(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 1, ' ', 0) }
+
 func renderServer(w io.Writer, s client.Server, now time.Time) error {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)}
+	t := &table{tw: newFieldWriter(w)}
 	field := func(k, v string) { t.row(k+":", v) }
 	field("ID", s.ID)
 	field("Name", s.Name)
@@ -100,7 +103,11 @@ func renderServer(w io.Writer, s client.Server, now time.Time) error {
 	if e.Runtime.Model != nil {
 		rt += ", serving " + *e.Runtime.Model
 	}
-	if !e.Runtime.Healthy && e.ReportedAt != nil {
+	switch {
+	case e.ReportedAt == nil:
+	case e.Runtime.Health != "":
+		rt += ", " + e.Runtime.Health
+	case !e.Runtime.Healthy: // a control plane that does not say more
 		rt += ", unhealthy"
 	}
 	if p := e.Runtime.Progress; p != nil {
@@ -110,6 +117,9 @@ func renderServer(w io.Writer, s client.Server, now time.Time) error {
 		}
 	}
 	field("  runtime", rt)
+	if r := e.Runtime.LastRestart; r != nil {
+		field("  last restart", when(r.At, now)+": "+r.Reason)
+	}
 	return t.flush()
 }
 

@@ -46,11 +46,21 @@ func waitErr(ctx context.Context, err error) error {
 	return err
 }
 
-// waitRunning waits for a server to run, with a progress line on stderr.
-func (a *app) waitRunning(ctx context.Context, c *client.Client, w waitFlags, id string) (client.Server, error) {
+// waitRunning waits for a server to run, with a progress line on stderr
+// that shows the action the change started (act, if any) too.
+func (a *app) waitRunning(ctx context.Context, c *client.Client, w waitFlags, id string, act *client.ServerAction) (client.Server, error) {
 	ctx, cancel := w.context(ctx)
 	defer cancel()
 	p := a.progress()
+	if act != nil {
+		p.action = func() string {
+			cur, err := c.GetAction(ctx, act.ID)
+			if err != nil {
+				return ""
+			}
+			return fmt.Sprintf("%s %s %s %d%%", cur.Command, cur.ID, cur.Status, cur.Progress)
+		}
+	}
 	srv, err := c.WaitServerRunning(ctx, id, client.WaitOptions{Interval: w.interval, Progress: p.update})
 	p.done()
 	return srv, waitErr(ctx, err)
@@ -75,6 +85,8 @@ type progress struct {
 	now   func() time.Time
 	start time.Time
 	last  string
+	// action, if set, says where the change's action is.
+	action func() string
 }
 
 func (a *app) progress() *progress {
@@ -90,6 +102,11 @@ func (p *progress) update(s client.Server) {
 	default:
 		if d := client.Diagnose(s); d != "" {
 			line += ", " + d
+		}
+	}
+	if p.action != nil {
+		if act := p.action(); act != "" {
+			line += " [" + act + "]"
 		}
 	}
 	if p.tty {

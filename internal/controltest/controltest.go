@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -227,6 +228,11 @@ type Node struct {
 	held      bool
 	model     string // served, and the revision at which it was ordered
 	modelAt   uint64
+	// progress is the pull a held node reports; buckets its usage
+	// buckets not yet accepted, numbered from seq.
+	progress *nodeapi.PullProgress
+	buckets  []nodeapi.UsageBucket
+	seq      uint64
 }
 
 // NodeOptions says how a fake node behaves.
@@ -310,10 +316,53 @@ func (n *Node) report(ctx context.Context) error {
 		Revision: d.Revision, IP: "203.0.113.7", RuntimeHealthy: true,
 		RuntimeRevision: n.modelAt, RuntimeModel: n.model,
 		FirewallRevision: d.Revision, SSHKeysRevision: d.Revision, APIKeysRevision: d.Revision,
-		Wiped: d.Wipe && !n.held,
+		Wiped: d.Wipe && !n.held, UsageBuckets: slices.Clone(n.buckets),
+	}
+	if n.held {
+		o.RuntimeProgress = n.progress
 	}
 	n.mu.Unlock()
-	return n.client.ReportObserved(ctx, o)
+	if err := n.client.ReportObserved(ctx, o); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.buckets = n.buckets[len(o.UsageBuckets):]
+	n.mu.Unlock()
+	return nil
+}
+
+// Use reports that key was used now: requests requests of prompt and
+// completion tokens each, with a time to first token of ttft.
+func (n *Node) Use(key string, requests, tokens uint64, ttft time.Duration) {
+	n.t.Helper()
+	n.mu.Lock()
+	n.seq++
+	b := nodeapi.UsageBucket{Seq: n.seq, KeyID: key, Minute: time.Now().UTC().Truncate(time.Minute), Requests: requests,
+		PromptTokens: tokens, CompletionTokens: tokens}
+	if ttft > 0 {
+		b.TTFT = make([]uint64, nodeapi.TTFTBin(ttft)+1)
+		b.TTFT[len(b.TTFT)-1] = requests
+	}
+	n.buckets = append(n.buckets, b)
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.report(ctx); err != nil {
+		n.t.Fatalf("fake node %s: report usage: %v", n.ID, err)
+	}
+}
+
+// Pull makes a held node report a model pull that far along.
+func (n *Node) Pull(completed, total int64) {
+	n.t.Helper()
+	n.mu.Lock()
+	n.progress = &nodeapi.PullProgress{Status: "pulling", Completed: completed, Total: total}
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.report(ctx); err != nil {
+		n.t.Fatalf("fake node %s: report the pull: %v", n.ID, err)
+	}
 }
 
 // Hold makes the node keep serving the model it serves now and not report

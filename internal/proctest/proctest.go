@@ -142,6 +142,25 @@ func CPUTicks(pid int) (int64, error) {
 	return utime + stime, err
 }
 
+// ReapedCPUTicks is the CPU time (user and system, in clock ticks) of the
+// children process pid has waited for: what a child used stays counted
+// once it exits (a PostgreSQL backend that ends, in the postmaster's).
+func ReapedCPUTicks(pid int) (int64, error) {
+	f, err := statFields("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 15 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	cutime, err1 := strconv.ParseInt(f[13], 10, 64)
+	cstime, err2 := strconv.ParseInt(f[14], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return cutime + cstime, nil
+}
+
 // CPUTimes returns the user and the system CPU time (utime and stime, in
 // clock ticks) process pid has used so far.
 func CPUTimes(pid int) (utime, stime int64, err error) {

@@ -104,7 +104,7 @@ func TestRealAbandonedRequestEndsOnTheRuntime(t *testing.T) {
 		generate(t, b, llm.Options{MaxTokens: ptr(1)}) // loaded
 		nb := *b
 		nb.cfg.FirstByteTimeout = time.Microsecond
-		nb.watch = newStallWatch(nb.cfg.FirstByteTimeout, nb.abandonWait(), nil, testLogger(t)) // the deadlines' timer
+		nb.watch = newWatch(nb.cfg.FirstByteTimeout, 0, nil, testLogger(t)) // the deadlines' timer
 		slow := &nb
 		_, err := slow.Chat(context.Background(), &llm.Request{Messages: userSays(strings.Repeat("go on and on ", 150)), Options: llm.Options{MaxTokens: ptr(20000)}})
 		var ab llm.Abandoned

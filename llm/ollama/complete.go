@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/ollama/ollama/api"
 
@@ -39,7 +40,7 @@ func (b *Backend) Complete(ctx context.Context, req *llm.CompletionRequest) (llm
 	if err != nil {
 		return nil, fmt.Errorf("ollama: encode generate request: %w", err)
 	}
-	return b.generate(ctx, b.genURL, body)
+	return b.generation(ctx, b.genURL, body)
 }
 
 // embedRequest is api.EmbedRequest with dimensions, which current Ollama
@@ -71,11 +72,27 @@ func (b *Backend) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 	if err != nil {
 		return nil, fmt.Errorf("ollama: encode embed request: %w", err)
 	}
+	deadline := time.Now().Add(b.watch.restartWait())
+	for sends := 0; ; sends++ {
+		epoch, err := b.watch.waitUp(ctx, deadline)
+		if err != nil {
+			return nil, err
+		}
+		out, err := b.embed(ctx, req, body)
+		if err == nil || sends == maxResends || ctx.Err() != nil || !b.watch.cut(err, epoch) {
+			return out, err
+		}
+	}
+}
+
+// embed sends one embed request (Embed).
+func (b *Backend) embed(ctx context.Context, req *llm.EmbedRequest, body []byte) (*llm.Embeddings, error) {
 	if b.cfg.FirstByteTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, b.cfg.FirstByteTimeout, errEmbedTimeout)
 		defer cancel()
 	}
+	defer b.watch.call(b)()
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, b.embURL, bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("ollama: build embed request: %w", err)
@@ -86,11 +103,12 @@ func (b *Backend) Embed(ctx context.Context, req *llm.EmbedRequest) (*llm.Embedd
 		return nil, b.embedError(ctx, err)
 	}
 	defer resp.Body.Close()
+	b.watch.note()
 	if resp.StatusCode != http.StatusOK {
 		return nil, b.embedStatusError(resp)
 	}
 	var out api.EmbedResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxEmbedAnswer)).Decode(&out); err != nil {
+	if err := json.NewDecoder(io.LimitReader(b.watch.body(resp.Body), maxEmbedAnswer)).Decode(&out); err != nil {
 		if ctx.Err() != nil {
 			return nil, b.embedError(ctx, err)
 		}

@@ -54,12 +54,18 @@ type Config struct {
 	// the deployment has been that busy. Zero means DefaultMaxConns. It
 	// does not apply to HTTPClient.
 	MaxConns int
-	// OnStuck, if set, is called when the runtime looks stuck rather than
-	// busy (see stallWatch), and reports whether the runtime is being
-	// restarted (hearthd restarts the `ollama serve` it supervises).
-	// Otherwise (or unset) the backend logs an error and Ready fails with
-	// ErrStuck until the runtime answers again. It must not block.
-	OnStuck func(reason string) (restarting bool)
+	// WedgeTimeout is how long the runtime may send nothing back for any
+	// request in flight, while a one-token probe gets no answer either,
+	// before it is taken for wedged rather than busy (see watch). Zero
+	// turns the watch off.
+	WedgeTimeout time.Duration
+	// OnWedged, if set, is called when the runtime is found wedged, and
+	// reports whether it is being restarted (hearthd restarts the
+	// `ollama serve` it supervises): the backend then holds generations
+	// until Warm succeeds. Otherwise (or unset) the backend logs an error
+	// and Ready fails with ErrWedged until the runtime answers again. It
+	// must not block.
+	OnWedged func(reason string) (restarting bool)
 }
 
 // DefaultMaxConns is the idle connection pool size when Config.MaxConns is
@@ -100,7 +106,7 @@ type Backend struct {
 	api     *api.Client
 	log     *slog.Logger
 	// watch is shared with the backends WithModel returns: one runtime.
-	watch *stallWatch
+	watch *watch
 }
 
 // New returns a Backend for cfg.
@@ -131,7 +137,7 @@ func New(cfg Config) (*Backend, error) {
 		api:     api.NewClient(u, hc),
 		log:     log,
 	}
-	b.watch = newStallWatch(cfg.FirstByteTimeout, b.abandonWait(), cfg.OnStuck, log.With("runtime", base))
+	b.watch = newWatch(cfg.FirstByteTimeout, cfg.WedgeTimeout, cfg.OnWedged, log.With("runtime", base))
 	return b, nil
 }
 
@@ -308,7 +314,10 @@ var keepForever = &api.Duration{Duration: -1}
 // took. The deployment is ready only after this.
 func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	if err := b.load(ctx, keepForever); err != nil {
+	b.watch.loadBegin()
+	err := b.load(ctx, keepForever)
+	b.watch.loadEnd(err == nil)
+	if err != nil {
 		return 0, b.apiError("load model "+b.cfg.Model, err)
 	}
 	took := time.Since(start)
@@ -319,7 +328,10 @@ func (b *Backend) Warm(ctx context.Context) (time.Duration, error) {
 // Unload takes the model out of memory (a load request with keep_alive 0):
 // after a switch, the previous model must not keep its memory for ever.
 func (b *Backend) Unload(ctx context.Context) error {
-	if err := b.load(ctx, &api.Duration{Duration: 0}); err != nil {
+	b.watch.loadBegin()
+	err := b.load(ctx, &api.Duration{Duration: 0})
+	b.watch.loadEnd(false)
+	if err != nil {
 		return b.apiError("unload model "+b.cfg.Model, err)
 	}
 	return nil
@@ -355,12 +367,15 @@ func (b *Backend) embeddingOnly(ctx context.Context) bool {
 }
 
 // Ready implements llm.Runtime: Ollama answers and has the model loaded,
-// and is not reported stuck (ErrStuck; a probe in the background asks it
-// for a token then, and its answer ends the report).
+// and is neither being restarted (ErrRestarting) nor found wedged
+// (ErrWedged; a probe in the background asks it for a token meanwhile, and
+// its answer ends the report).
 func (b *Backend) Ready(ctx context.Context) error {
-	if b.watch.isStuck() {
-		b.watch.probe(b)
-		return fmt.Errorf("%w: %w: it has not started answering generations that nothing else was in front of; restart it", llm.ErrUnavailable, ErrStuck)
+	switch h, reason := b.watch.state(); h {
+	case Restarting:
+		return fmt.Errorf("%w: %w", llm.ErrUnavailable, ErrRestarting)
+	case Degraded:
+		return fmt.Errorf("%w: %w: %s; restart it", llm.ErrUnavailable, ErrWedged, reason)
 	}
 	ps, err := b.api.ListRunning(ctx)
 	if err != nil {
@@ -405,7 +420,7 @@ func (b *Backend) Chat(ctx context.Context, req *llm.Request) (llm.Stream, error
 	if err != nil {
 		return nil, err
 	}
-	st, err := b.generate(ctx, b.chatURL, body)
+	st, err := b.generation(ctx, b.chatURL, body)
 	return st, schemaRefusal(err)
 }
 
@@ -447,7 +462,6 @@ func (b *Backend) abandon(s *stream, first <-chan error, err error) error {
 		case <-t.C:
 			b.log.Warn("model runtime sent nothing for an abandoned request; closing it",
 				"runtime", b.base, "model", b.cfg.Model, "waited", wait)
-			b.watch.waited(s.track, time.Now())
 			// Give up: cancelling ends the read in flight.
 			s.cancel(context.DeadlineExceeded)
 			<-first

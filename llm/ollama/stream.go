@@ -36,7 +36,7 @@ type stream struct {
 
 	stopAfter func() bool // unregisters the caller's cancellation hook
 
-	watch *stallWatch // told when the request closes
+	watch *watch // told when the request closes
 	track *genTrack
 
 	toolCalls bool // tool calls seen; the finish reason is tool_calls
@@ -68,7 +68,7 @@ func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.St
 	// value marks it so and is not sent.
 	req.Header["Idempotency-Key"] = nil
 
-	g := b.watch.sent(time.Now())
+	g := b.watch.sent(time.Now(), b)
 	s := &stream{ctx: rctx, cancel: cancel, b: b, watch: b.watch, track: g}
 	first := make(chan error, 1)
 	go func() {
@@ -84,7 +84,6 @@ func (b *Backend) generate(ctx context.Context, url string, body []byte) (llm.St
 	case <-ctx.Done():
 		return nil, b.abandon(s, first, fmt.Errorf("ollama: generate: %w", ctx.Err()))
 	case <-g.late: // nil, and never ready, without a first-byte bound
-		b.watch.waited(g, time.Now())
 		return nil, b.abandon(s, first, b.timedOut())
 	}
 	if err := s.decode(&s.line); err != nil {
@@ -102,7 +101,7 @@ func (b *Backend) first(s *stream, resp *http.Response, err error) error {
 	if err != nil {
 		return b.unreachable(err)
 	}
-	s.lines = newLines(resp.Body)
+	s.lines = newLines(b.watch.body(resp.Body))
 	if resp.StatusCode != http.StatusOK {
 		b.watch.answered(s.track)
 		return b.statusError(resp)
