@@ -12,7 +12,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run check test deps unit fuzz lint bench bench-fleet soak deb ollama terraform terraform-provider terraform-docs clean
+.PHONY: all build run check test deps unit fuzz lint bench bench-fleet soak deb ollama terraform terraform-provider terraform-docs console-screenshots clean
 
 all: build
 
@@ -46,6 +46,13 @@ terraform-provider:
 # (tfplugindocs); a test checks they are in step.
 terraform-docs:
 	@scripts/terraform-docs.sh
+
+# docs/console/*.png: each page of the web console, as its browser test
+# (e2e TestConsoleBrowser, in Chromium) sees it.
+console-screenshots: deps
+	@mkdir -p docs/console
+	HEARTH_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) \
+		$(GO) test -count=1 -run '^TestConsoleBrowser$$' ./e2e/
 
 # The Debian packages the tests need: installed as root, else the apt-get
 # line to run.

@@ -3,6 +3,7 @@ module github.com/hearthd/hearth
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.1
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/hashicorp/terraform-plugin-framework v1.19.0
@@ -13,7 +14,7 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/oklog/run v1.2.0
 	github.com/ollama/ollama v0.9.6
-	github.com/openai/openai-go/v3 v3.96.0
+	github.com/openai/openai-go/v3 v3.102.0
 	github.com/pelletier/go-toml/v2 v2.2.2
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.15.0
@@ -41,6 +42,7 @@ require (
 	github.com/apparentlymart/go-textseg/v15 v15.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/cloudflare/circl v1.6.3 // indirect
 	github.com/cockroachdb/errors v1.11.3 // indirect
 	github.com/cockroachdb/fifo v0.0.0-20240606204812-0bbfbd93a7ce // indirect
@@ -51,6 +53,7 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/fatih/color v1.18.0 // indirect
 	github.com/getsentry/sentry-go v0.27.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/golang/snappy v0.0.4 // indirect

@@ -68,7 +68,7 @@ func (s *Server) enroll(w http.ResponseWriter, r *http.Request) {
 	id, cred := newID(prefixNode), newSecret(secretNode)
 	m := s.begin()
 	node := nodeRec{ID: id, Hostname: req.Hostname, Hardware: hw, CredentialHash: hashSecret(cred),
-		Revision: 1, LastSeen: now, CreatedAt: now}
+		Revision: 1, RevisionAt: now, LastSeen: now, CreatedAt: now}
 	enr.UsesLeft--
 	m.orig[id] = "" // new: not in the pool index yet
 	m.saveNode(&node)
@@ -396,7 +396,9 @@ type reportJob struct {
 	e       *apiError
 	err     error
 	settled bool
-	done    chan struct{}
+	// delay is the propagation delay j reports (propagationDelay), or 0.
+	delay time.Duration
+	done  chan struct{}
 }
 
 // queueReport applies j and returns once it is durable or has failed.
@@ -423,13 +425,28 @@ func (s *Server) foldRound(ctx context.Context) (again bool) {
 			err = uerr
 		}
 	}
+	f := s.propagated.Load()
 	for _, j := range jobs {
 		if j.e == nil && j.err == nil {
 			j.err = err
 		}
+		if f != nil && j.e == nil && j.err == nil && j.delay > 0 {
+			(*f)(j.delay)
+		}
 		close(j.done)
 	}
 	return again
+}
+
+// propagationDelay is the time from the node's current revision's issue
+// to j, if j is the first report that the node applied it; else 0.
+func propagationDelay(m *mutation, j *reportJob) time.Duration {
+	n, err := m.node(j.id)
+	if err != nil || n.RevisionAt.IsZero() || j.o.Revision != n.Revision ||
+		n.Observed != nil && n.Observed.Revision >= n.Revision {
+		return 0
+	}
+	return max(j.now.Sub(n.RevisionAt), time.Nanosecond)
 }
 
 // takeReports empties the queue but for the later reports of a node
@@ -457,6 +474,7 @@ func (s *Server) foldReports(jobs []*reportJob) error {
 	return s.buildFold(len(jobs), &s.reportChanges, func(m *mutation, i int) (failed bool) {
 		j := jobs[i]
 		before := m.staged()
+		j.delay = propagationDelay(m, j)
 		_, j.e, j.err = s.applyReport(m, j.id, j.o, j.now)
 		j.settled = m.staged() == before
 		return j.e != nil || j.err != nil
@@ -507,7 +525,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 	if n.ServerID == "" {
 		if n.WipePending && o.Wiped && o.Revision >= n.Revision {
 			n.WipePending = false
-			n.Revision++
+			m.newRevision(n)
 			m.saveNode(n)
 			m.wake[n.ID] = true
 			m.logInfo("node reported its wipe; back in the pool", "node", n.ID)
@@ -530,7 +548,7 @@ func (s *Server) applyObserved(m *mutation, n *nodeRec, o nodeapi.Observed, now 
 			return err
 		}
 		n.ServerID, n.ServerProject = "", ""
-		n.Revision++
+		m.newRevision(n)
 		m.saveNode(n)
 		m.wake[n.ID] = true
 		m.logInfo("server deleted", "server", srv.ID, "node", n.ID)

@@ -190,17 +190,20 @@ func (r ruleRec) key() string { return pfxRule + r.ServerID + "/" + seqKey(r.Seq
 func (r ruleRec) idKey() string { return pfxRuleID + r.ServerID + "/" + r.ID }
 
 type nodeRec struct {
-	ID             string            `json:"id"`
-	Hostname       string            `json:"hostname"`
-	Hardware       nodeapi.Hardware  `json:"hardware"`
-	CredentialHash string            `json:"credential_hash"`
-	ServerID       string            `json:"server_id,omitempty"`
-	ServerProject  string            `json:"server_project,omitempty"` // the project of ServerID
-	Revision       uint64            `json:"revision"`
-	Observed       *nodeapi.Observed `json:"observed,omitempty"`
-	ObservedAt     time.Time         `json:"observed_at,omitzero"`
-	LastSeen       time.Time         `json:"last_seen"`
-	CreatedAt      time.Time         `json:"created_at"`
+	ID             string           `json:"id"`
+	Hostname       string           `json:"hostname"`
+	Hardware       nodeapi.Hardware `json:"hardware"`
+	CredentialHash string           `json:"credential_hash"`
+	ServerID       string           `json:"server_id,omitempty"`
+	ServerProject  string           `json:"server_project,omitempty"` // the project of ServerID
+	Revision       uint64           `json:"revision"`
+	// RevisionAt is when Revision was issued (zero in records older than
+	// it), for the propagation delay.
+	RevisionAt time.Time         `json:"revision_at,omitzero"`
+	Observed   *nodeapi.Observed `json:"observed,omitempty"`
+	ObservedAt time.Time         `json:"observed_at,omitzero"`
+	LastSeen   time.Time         `json:"last_seen"`
+	CreatedAt  time.Time         `json:"created_at"`
 	// WipePending: the node's server was removed (after DeleteTimeout)
 	// before the node reported the wipe. The node keeps being told to wipe
 	// and stays out of the pool until it reports it.

@@ -145,6 +145,8 @@ type Server struct {
 	// apiChanges those that applied folded API changes (foldChanges).
 	reportChanges, apiChanges atomic.Uint64
 
+	// propagated is OnPropagation's function.
+	propagated atomic.Pointer[func(time.Duration)]
 	seenMu     sync.Mutex
 	lastSeen   map[string]time.Time // node ID → last request, ahead of the stored value
 	reported   map[string]time.Time // node ID → last report that changed nothing, ahead of ObservedAt
@@ -517,10 +519,16 @@ func (m *mutation) bumpRev(nodeID string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n.Revision++
+	m.newRevision(n)
 	m.wake[nodeID] = true
 	m.saveNode(n)
 	return n.Revision, nil
+}
+
+// newRevision gives n its next desired revision, issued now.
+func (m *mutation) newRevision(n *nodeRec) {
+	n.Revision++
+	n.RevisionAt = m.s.now()
 }
 
 // staged is how far the change has staged, to tell whether a step staged

@@ -222,7 +222,7 @@ func (s *Server) createServer(r *http.Request, rc *reqCtx) (result, error) {
 		rec.SSHKeyIDs = []string{}
 	}
 	node.ServerID, node.ServerProject = id, rc.project
-	node.Revision++
+	m.newRevision(&node)
 	m.saveNode(&node)
 	act, err := m.startAction(&rec, ActCreate, node.Revision, rc.now)
 	if err != nil {

@@ -1,12 +1,59 @@
 package control
 
-import "github.com/hearthd/hearth/store"
+import (
+	"time"
+
+	"github.com/hearthd/hearth/store"
+)
 
 // NodesConnected counts the nodes heard from within NodeTimeout: a
 // long-poll returns at least every MaxLongPoll, so a live node is never
 // quiet for long. Read at metrics scrapes.
-func (s *Server) NodesConnected() int {
-	now := s.now()
+func (s *Server) NodesConnected() int { return len(s.nodesSeen(s.now())) }
+
+// Node states, as NodesByState counts them.
+const (
+	NodeIdle        = "idle"        // in the pool, serving no server
+	NodeServing     = "serving"     // serving a server
+	NodeWiping      = "wiping"      // its server is gone; out of the pool until it reports the wipe
+	NodeUnreachable = "unreachable" // not heard from within NodeTimeout
+)
+
+// NodesByState counts the enrolled nodes per state, every state present.
+// Read at metrics scrapes.
+func (s *Server) NodesByState() map[string]int {
+	counts := map[string]int{NodeIdle: 0, NodeServing: 0, NodeWiping: 0, NodeUnreachable: 0}
+	seen := s.nodesSeen(s.now())
+	_ = store.ScanJSON(s.st, pfxNode, func(_ string, n nodeRec) (bool, error) {
+		switch {
+		case !seen[n.ID]:
+			counts[NodeUnreachable]++
+		case n.WipePending:
+			counts[NodeWiping]++
+		case n.ServerID != "":
+			counts[NodeServing]++
+		default:
+			counts[NodeIdle]++
+		}
+		return true, nil
+	})
+	return counts
+}
+
+// OnPropagation sets f, called with each propagation delay: from a node's
+// new desired revision to the first report that it applied it (with the
+// change that issued it and the report folded on any replica). nil stops
+// the calls.
+func (s *Server) OnPropagation(f func(time.Duration)) {
+	if f == nil {
+		s.propagated.Store(nil)
+		return
+	}
+	s.propagated.Store(&f)
+}
+
+// nodesSeen are the nodes heard from within NodeTimeout of now.
+func (s *Server) nodesSeen(now time.Time) map[string]bool {
 	seen := map[string]bool{}
 	s.seenMu.Lock()
 	for id, t := range s.lastSeen {
@@ -27,7 +74,7 @@ func (s *Server) NodesConnected() int {
 		}
 		return true, nil
 	})
-	return len(seen)
+	return seen
 }
 
 // ServersByStatus counts servers per status, every known status present.

@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/hearthd/hearth/deployapi"
 	"github.com/hearthd/hearth/internal/config"
 	"github.com/hearthd/hearth/nodeapi"
 )
@@ -89,6 +91,9 @@ type Config struct {
 	// re-read when they change (certificate renewal without a restart).
 	TLSCert string
 	TLSKey  string
+	// CORSAllowedOrigins are the origins (comma-separated, or *) whose
+	// browser pages may call the deployment API; empty: none.
+	CORSAllowedOrigins string
 	// AllowPlainHTTP permits plain HTTP on a non-loopback address. Off by
 	// default: the deployment URL is public, so plain HTTP is loopback-only.
 	AllowPlainHTTP bool
@@ -228,6 +233,8 @@ func ConfigLoader(c *Config) *config.Loader {
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate chain (leaf first): the deployment API serves HTTPS (TLS 1.2+, AEAD cipher suites only; HTTP/1.1). Set together with tls_key. "+
 		"The files are checked every few seconds and a renewed certificate is served to new connections without a restart; open connections are not dropped; a broken renewal is logged and the previous certificate kept.")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key for tls_cert.")
+	fs.StringVar(&c.CORSAllowedOrigins, "cors-allowed-origins", c.CORSAllowedOrigins, "Origins whose browser pages may call the deployment API (CORS), comma-separated, each scheme://host[:port], or * for any; "+
+		"preflights are answered and the answers readable, with X-Request-Id, Retry-After and the x-ratelimit-* headers exposed. Empty: none (a browser keeps every answer from other origins' pages).")
 	fs.BoolVar(&c.AllowPlainHTTP, "allow-plain-http", c.AllowPlainHTTP, "Allow plain HTTP on a non-loopback listen address, e.g. behind a TLS-terminating proxy. Off: API keys never cross the network in the clear.")
 
 	fs.StringVar(&c.ControlURL, "control-url", c.ControlURL, "Base URL (http or https) of the control plane this node joins, or a comma-separated list of its replicas' URLs (the node moves to the next when one cannot be reached). Empty: standalone node.")
@@ -260,6 +267,17 @@ func ConfigLoader(c *Config) *config.Loader {
 	}
 }
 
+// corsPolicy is CORSAllowedOrigins parsed.
+func (c Config) corsPolicy() (deployapi.CORSPolicy, error) {
+	var list []string
+	for o := range strings.SplitSeq(c.CORSAllowedOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			list = append(list, o)
+		}
+	}
+	return deployapi.ParseCORSOrigins(list)
+}
+
 // Validate reports every invalid key, by its flag name.
 func (c Config) Validate() error {
 	var p config.Problems
@@ -267,6 +285,9 @@ func (c Config) Validate() error {
 		if host, _, _ := net.SplitHostPort(c.Listen); c.TLSCert == "" && !c.AllowPlainHTTP && !config.LoopbackHost(host) {
 			p.Add("listen", "%q is not a loopback address, and plain HTTP there would carry API keys in the clear: set tls-cert and tls-key, or allow-plain-http (for example behind a TLS proxy)", c.Listen)
 		}
+	}
+	if _, err := c.corsPolicy(); err != nil {
+		p.Add("cors-allowed-origins", "%v", err)
 	}
 	if c.StateDir == "" {
 		p.Add("state-dir", "must be set")

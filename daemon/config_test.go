@@ -133,6 +133,7 @@ metrics_listen = "127.0.0.1:9999"
 tls_cert = "/etc/hearth/tls/cert.pem"
 tls_key = "/etc/hearth/tls/key.pem"
 allow_plain_http = true
+cors_allowed_origins = "https://app.example.com, http://localhost:5173"
 control_url = "https://control.example.com"
 enrollment_token = "enr_secret"
 control_ca_file = "/etc/hearth/control-ca.pem"
@@ -182,6 +183,7 @@ func TestLoadFileEveryKey(t *testing.T) {
 		TLSCert:             "/etc/hearth/tls/cert.pem",
 		TLSKey:              "/etc/hearth/tls/key.pem",
 		AllowPlainHTTP:      true,
+		CORSAllowedOrigins:  "https://app.example.com, http://localhost:5173",
 		ControlURL:          "https://control.example.com",
 		EnrollmentToken:     "enr_secret",
 		ControlCAFile:       "/etc/hearth/control-ca.pem",
@@ -441,6 +443,8 @@ func TestInvalidConfigNamesKey(t *testing.T) {
 		{"ollama bin", "ollama_start = true\nollama_bin = \"\"", "config ollama-bin:"},
 		{"body limit", "max_body_bytes = 1000", "config max-body-bytes:"},
 		{"negative procs", "max_procs = -1", "config max-procs:"},
+		{"cors origin with a path", `cors_allowed_origins = "https://app.example.com/"`, "config cors-allowed-origins:"},
+		{"cors origin without a scheme", `cors_allowed_origins = "*, app.example.com"`, "config cors-allowed-origins:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Defaults()
@@ -551,7 +555,7 @@ func fieldOf(t *testing.T, key string) string {
 	var b strings.Builder
 	for _, part := range strings.Split(key, "_") {
 		switch part {
-		case "url", "tls", "ssh", "http", "ca", "ram":
+		case "url", "tls", "ssh", "http", "ca", "ram", "cors":
 			b.WriteString(strings.ToUpper(part))
 		default:
 			b.WriteString(strings.ToUpper(part[:1]) + part[1:])

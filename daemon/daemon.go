@@ -25,6 +25,7 @@ import (
 	"github.com/hearthd/hearth/internal/backoff"
 	"github.com/hearthd/hearth/internal/certreload"
 	"github.com/hearthd/hearth/internal/connlimit"
+	"github.com/hearthd/hearth/internal/sealbox"
 	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/ollama"
@@ -80,6 +81,9 @@ type node struct {
 
 	st   *store.Store
 	keys *apikeys.Keyring
+	// seal is the node's sealing key (encrypted reasoning items); the
+	// wipe replaces it.
+	seal *sealbox.Box
 	m    *metrics.Node
 	rt   modelRuntime // the runtime of --model; ForModel gives the others
 	// restartRuntime restarts a supervised runtime (--ollama-start) found
@@ -184,6 +188,9 @@ func (nd *node) openState() error {
 			log.Error("close state", "err", err)
 		}
 	})
+	if nd.seal, err = sealbox.Load(st); err != nil {
+		return err
+	}
 	keys, err := apikeys.Open(st, log)
 	if err != nil {
 		return fmt.Errorf("load API keys: %w", err)
@@ -338,6 +345,10 @@ func supervisor(cfg Config, log *slog.Logger) (*serve.Supervisor, error) {
 // probes it.
 func (nd *node) openAPI() error {
 	cfg := nd.cfg
+	cors, err := cfg.corsPolicy() // checked by Validate
+	if err != nil {
+		return err
+	}
 	nd.api = deployapi.NewAPI(deployapi.APIConfig{
 		Model:               cfg.Model,
 		Version:             nd.version,
@@ -348,6 +359,8 @@ func (nd *node) openAPI() error {
 		MaxOutputTokens:     cfg.MaxOutputTokens,
 		NoReasoning:         !cfg.Reasoning,
 		WriteStallTimeout:   cfg.WriteStallTimeout,
+		Sealer:              nd.seal,
+		CORS:                cors,
 	}, nd.rt, nd.keys, nd.m, nd.log)
 	nd.onClose(nd.api.Close)
 	nd.m.RegisterRuntimeUp(func() bool {

@@ -22,7 +22,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/control"
+	"github.com/hearthd/hearth/internal/sealbox"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/fake"
@@ -662,6 +664,51 @@ func TestNodeRestartsAWedgedRuntime(t *testing.T) {
 	}
 	if st, last := unsupervised.nd.restarts.state(); st || last != nil {
 		t.Fatalf("unsupervised: restarting %v, last %+v", st, last)
+	}
+}
+
+// The tenant's wipe replaces the node's sealing key with its API keys:
+// a reasoning item sealed for the last tenant does not open for the next,
+// after a restart either.
+func TestWipeReplacesTheSealingKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	st, err := store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seal, err := sealbox.Load(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := apikeys.Open(st, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.Create("tenant's"); err != nil {
+		t.Fatal(err)
+	}
+	sealed := seal.Seal(nil, []byte("thinking"), nil)
+	if err := (managedKeys{keys, seal}).Wipe(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seal.Open(nil, sealed, nil); err == nil {
+		t.Fatal("the last tenant's seal opens after the wipe")
+	}
+	if n := len(keys.List()); n != 0 {
+		t.Fatalf("%d keys after the wipe", n)
+	}
+	_ = keys.Close()
+	_ = st.Close()
+	st, err = store.Open(dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if seal, err = sealbox.Load(st); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seal.Open(nil, sealed, nil); err == nil {
+		t.Fatal("the last tenant's seal opens after the wipe and a restart")
 	}
 }
 

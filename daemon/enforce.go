@@ -14,6 +14,7 @@ import (
 	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/deployapi"
 	"github.com/hearthd/hearth/firewall"
+	"github.com/hearthd/hearth/internal/sealbox"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/nodeapi"
 	"github.com/hearthd/hearth/sshkeys"
@@ -31,7 +32,7 @@ func (nd *node) openEnforcement(ctx context.Context) error {
 	}
 	registerEnforcementMetrics(nd.m, fw, keys)
 	nd.group.add(component{name: "firewall drift repair", phase: phaseBack, run: runFW})
-	nd.enf = agent.NewEnforcer(agent.Concerns{Firewall: fw, SSHKeys: keys, APIKeys: managedKeys{nd.keys}, Runtime: nd.runtime}, nd.log)
+	nd.enf = agent.NewEnforcer(agent.Concerns{Firewall: fw, SSHKeys: keys, APIKeys: managedKeys{nd.keys, nd.seal}, Runtime: nd.runtime}, nd.log)
 	run := agent.NewStandalone(cfg.DesiredStateFile, nd.enf, nd.log, agent.StandaloneConfig{}).Run
 	if cfg.ControlURL != "" {
 		na, err := nodeAgent(cfg, nd.enf, nd.api, nd.keys, nd.m, nd.restarts.state, nd.log)
@@ -162,8 +163,13 @@ func nodeAgent(cfg Config, enf *agent.Enforcer, api *deployapi.API, keys *apikey
 }
 
 // managedKeys is the key ring as the enforcer's API keys concern: the
-// desired state's keys, in the key ring's terms.
-type managedKeys struct{ k *apikeys.Keyring }
+// desired state's keys, in the key ring's terms. The wipe also replaces
+// the node's sealing key, so that nothing the last tenant was handed
+// sealed (its reasoning items) opens for the next.
+type managedKeys struct {
+	k    *apikeys.Keyring
+	seal *sealbox.Box
+}
 
 func (m managedKeys) SetManaged(_ context.Context, keys []nodeapi.APIKey) error {
 	out := make([]apikeys.Managed, len(keys))
@@ -174,7 +180,12 @@ func (m managedKeys) SetManaged(_ context.Context, keys []nodeapi.APIKey) error 
 	return m.k.SetManaged(out)
 }
 
-func (m managedKeys) Wipe(context.Context) error { return m.k.Wipe() }
+func (m managedKeys) Wipe(context.Context) error {
+	if err := m.seal.Rotate(); err != nil {
+		return fmt.Errorf("wipe: %w", err)
+	}
+	return m.k.Wipe()
+}
 
 // managedUsage is the usage of every managed key, for the report.
 func managedUsage(k *apikeys.Keyring) []nodeapi.KeyUsage {

@@ -52,6 +52,13 @@ type APIConfig struct {
 	// SwitchWait is how long a chat request waits for a model switch to
 	// end before it gets 503 with Retry-After. Default 10 s.
 	SwitchWait time.Duration
+	// CORS is which browser pages' origins may call the API (none by
+	// default).
+	CORS CORSPolicy
+	// Sealer seals the reasoning the Responses API hands back in
+	// encrypted_content (a key of the node's, internal/sealbox); nil:
+	// encrypted reasoning is refused.
+	Sealer openai.Sealer
 }
 
 // DefaultSwitchWait is APIConfig.SwitchWait's default.
@@ -206,11 +213,13 @@ const APIPrefix = "/api/v1"
 
 // Handle routes one request.
 func (a *API) Handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
 	route := metrics.RouteOther
 	defer a.recoverHandler(ctx, &route)
 	path := ctx.Path()
 	method := ctx.Method()
 	ctx.Response.Header.Set("X-Request-Id", a.nextRequestID())
+	a.cors(ctx)
 	if framingRefused(&ctx.Request.Header) {
 		// Its body was never read: discarded before the answer, so that
 		// the close does not reset the connection under it.
@@ -223,43 +232,37 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 	switch {
 	case string(path) == APIPrefix+"/chat/completions":
 		route = metrics.RouteChatCompletions
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleChat(ctx)
 	case string(path) == APIPrefix+"/responses":
 		route = metrics.RouteResponses
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleResponses(ctx)
 	case string(path) == APIPrefix+"/embeddings":
 		route = metrics.RouteEmbeddings
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleEmbeddings(ctx)
 	case string(path) == APIPrefix+"/completions":
 		route = metrics.RouteCompletions
-		if !bytes.Equal(method, []byte("POST")) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "POST") {
 			break
 		}
 		a.handleCompletions(ctx)
 	case string(path) == APIPrefix+"/models":
 		route = metrics.RouteModels
-		if !isGet(method) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		if !a.methodAllowed(ctx, "GET, HEAD") {
 			break
 		}
 		a.handleModels(ctx, "")
 	case bytes.HasPrefix(path, []byte(APIPrefix+"/models/")):
-		route = metrics.RouteModel
-		if !isGet(method) {
-			a.writeError(ctx, openai.MethodNotAllowed(string(method), string(path)))
+		route = metrics.RouteModels
+		if !a.methodAllowed(ctx, "GET, HEAD") {
 			break
 		}
 		a.handleModels(ctx, string(path[len(APIPrefix+"/models/"):]))
@@ -274,10 +277,30 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		a.writeError(ctx, openai.NotFound(string(method), string(path)))
 	}
 	a.m.Request(route, ctx.Response.StatusCode())
+	if !ctx.Response.IsBodyStream() {
+		// A stream's duration is observed at its end (completion.observe).
+		a.m.ObserveRequest(route, a.Model(), time.Since(start))
+	}
 	a.noteFailure(ctx)
 }
 
 func isGet(m []byte) bool { return string(m) == "GET" || string(m) == "HEAD" }
+
+// methodAllowed reports whether the request may go on to its route's
+// handler, which takes methods ("POST", or "GET, HEAD"). Otherwise it has
+// answered it: a CORS preflight when browsers may call the API, else 405.
+func (a *API) methodAllowed(ctx *fasthttp.RequestCtx, methods string) bool {
+	m := ctx.Method()
+	if methods == "POST" && string(m) == "POST" || methods != "POST" && isGet(m) {
+		return true
+	}
+	if a.cfg.CORS.Enabled() && isPreflight(ctx) {
+		a.preflight(ctx, methods)
+		return false
+	}
+	a.writeError(ctx, openai.MethodNotAllowed(string(m), string(ctx.Path())))
+	return false
+}
 
 func (a *API) authenticate(ctx *fasthttp.RequestCtx) (apikeys.Key, bool) {
 	key, err := a.keys.Authenticate(ctx.Request.Header.Peek("Authorization"))
@@ -381,6 +404,7 @@ func bodyless(h *fasthttp.RequestHeader) bool {
 // handleTransportError answers requests fasthttp could not read: bodies over
 // the limit, oversized headers, malformed HTTP, read timeouts.
 func (a *API) handleTransportError(ctx *fasthttp.RequestCtx, err error) {
+	a.cors(ctx) // the page may read why
 	var e *openai.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge) && bodyless(&ctx.Request.Header):

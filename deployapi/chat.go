@@ -36,7 +36,7 @@ func (a *API) handleChat(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
+	c, ok := a.startCompletion(ctx, metrics.RouteChatCompletions, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, choiceRequest(&req.Runtime, i))
 	})
 	if !ok {
@@ -115,7 +115,7 @@ func choiceOptions(o llm.Options, i int) llm.Options {
 // it holds (its choices), choice i with gen(ctx, i). On false it has
 // answered (or the client is gone) and released the slots; on true the
 // caller relays the completion and calls c.done at its end.
-func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Time, streamed bool,
+func (a *API) startCompletion(ctx *fasthttp.RequestCtx, route string, sl *slot, start time.Time, streamed bool,
 	gen func(ctx context.Context, i int) (llm.Stream, error)) (*completion, bool) {
 	n := sl.n
 	// held are the generations that hold back what they generate
@@ -143,9 +143,9 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 	})
 	if err != nil {
 		if sl.gctx.Err() != nil && !errors.Is(err, llm.ErrTimeout) {
-			a.m.ChatCompletion(metrics.FinishCancelled, streamed)
+			a.m.Generation(route, sl.s.model, metrics.FinishCancelled, streamed)
 		} else {
-			a.m.ChatCompletion(metrics.FinishError, streamed)
+			a.m.Generation(route, sl.s.model, metrics.FinishError, streamed)
 		}
 		a.failed(ctx, sl, err)
 		sl.finish() // every slot is settled by the callback above
@@ -155,6 +155,7 @@ func (a *API) startCompletion(ctx *fasthttp.RequestCtx, sl *slot, start time.Tim
 	a.m.StreamStarted()
 	c := &completion{
 		api:     a,
+		route:   route,
 		served:  sl.s,
 		created: start.Unix(),
 		start:   start,
@@ -201,6 +202,7 @@ type generator interface{ generated() int }
 // merged.
 type completion struct {
 	api     *API
+	route   string  // its route's metrics label
 	served  *served // the model it runs on
 	id      string
 	created int64
@@ -238,7 +240,7 @@ type choiceState struct {
 func (c *completion) token(now time.Time) {
 	if c.firstAt.IsZero() {
 		c.firstAt = now
-		c.api.m.ObserveTTFT(now.Sub(c.start))
+		c.api.m.ObserveTTFT(c.route, now.Sub(c.start))
 	} else {
 		c.api.m.ObserveInterToken(now.Sub(c.lastAt))
 	}
@@ -322,21 +324,25 @@ func (c *completion) usage() openai.Usage {
 }
 
 // observe reports the completion to metrics, once, at its end: each choice
-// as a completion of its own, since each is a generation.
+// as a generation of its own. A streamed answer ends here, after its
+// handler returned: its request's duration is observed here too (Handle
+// observes the others).
 func (c *completion) observe() {
-	m := c.api.m
+	m, model := c.api.m, c.served.model
 	for _, st := range c.choices {
 		switch {
 		case st.finish != "":
-			m.ChatCompletion(st.finish, c.isSSE)
-			m.Tokens(st.prompt, st.complete)
+			m.Generation(c.route, model, st.finish, c.isSSE)
+			m.Tokens(c.route, model, st.prompt, st.complete, min(st.reasoning, st.complete))
 		case c.gctx.Err() != nil:
-			m.ChatCompletion(metrics.FinishCancelled, c.isSSE)
+			m.Generation(c.route, model, metrics.FinishCancelled, c.isSSE)
 		default:
-			m.ChatCompletion(metrics.FinishError, c.isSSE)
+			m.Generation(c.route, model, metrics.FinishError, c.isSSE)
 		}
 	}
-	m.ObserveChatDuration(time.Since(c.start))
+	if c.isSSE {
+		m.ObserveRequest(c.route, model, time.Since(c.start))
+	}
 	c.api.keys.RecordOutcome(c.sl.key.ID, c.outcome())
 }
 

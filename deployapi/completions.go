@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 )
 
@@ -32,7 +33,7 @@ func (a *API) handleCompletions(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
+	c, ok := a.startCompletion(ctx, metrics.RouteCompletions, sl, start, req.Stream, func(gctx context.Context, i int) (llm.Stream, error) {
 		// Choice i continues prompt i/n, as OpenAI orders them.
 		r := req.Runtime
 		r.Prompt = req.Prompts[i/req.N]

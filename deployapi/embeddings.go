@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 )
 
@@ -41,7 +42,8 @@ func (a *API) handleEmbeddings(ctx *fasthttp.RequestCtx) {
 		a.failed(ctx, sl, err)
 		return
 	}
-	a.m.Tokens(emb.PromptTokens, 0)
+	a.m.Tokens(metrics.RouteEmbeddings, sl.s.model, emb.PromptTokens, 0, 0)
+	a.m.Embedded(sl.s.model, len(emb.Vectors))
 	bp := a.bufs.Get().(*[]byte)
 	defer a.bufs.Put(bp)
 	*bp = openai.AppendEmbeddings((*bp)[:0], sl.s.model, emb.Vectors, req.Base64, emb.PromptTokens)

@@ -21,8 +21,8 @@ import (
 //   - A forced tool call (req.ForceTool) is generated as JSON constrained to
 //     a schema (the runtime's grammar-constrained sampling) and relayed as
 //     one tool call; see forceTool.
-//   - parallel_tool_calls false (req.OneToolCall) lets at most one tool call
-//     through.
+//   - parallel_tool_calls false and max_tool_calls (req.MaxToolCalls) let at
+//     most that many tool calls through.
 //
 // req is not modified, so the n generations of one request may share it.
 func (a *API) startGeneration(ctx context.Context, s *served, req *llm.Request) (llm.Stream, error) {
@@ -38,10 +38,10 @@ func (a *API) startGeneration(ctx context.Context, s *served, req *llm.Request) 
 		return &forcedStream{Stream: st, f: f}, nil
 	}
 	st, err := s.rt.Chat(ctx, req)
-	if err != nil || !req.OneToolCall || len(req.Tools) == 0 {
+	if err != nil || req.MaxToolCalls == 0 || len(req.Tools) == 0 {
 		return st, err
 	}
-	return &oneToolCall{Stream: st}, nil
+	return &fewToolCalls{Stream: st, left: req.MaxToolCalls}, nil
 }
 
 // forced is what a forced generation may call.
@@ -113,7 +113,7 @@ func forceTool(req *llm.Request) (*llm.Request, *forced, error) {
 		}
 	}
 	fr := *req
-	fr.Format, fr.Tools, fr.ForceTool, fr.OneToolCall = schema, nil, "", false
+	fr.Format, fr.Tools, fr.ForceTool, fr.MaxToolCalls = schema, nil, "", 0
 	fr.Messages = withInstruction(req.Messages, instr.String())
 	return &fr, f, nil
 }
@@ -252,28 +252,29 @@ func (s *forcedStream) Recv() (llm.Event, error) {
 	}
 }
 
-// oneToolCall lets the first tool call of a generation through and drops
-// any later one (parallel_tool_calls false).
-type oneToolCall struct {
+// fewToolCalls lets the first tool calls of a generation through, as many
+// as it may return, and drops any later one (parallel_tool_calls false,
+// max_tool_calls).
+type fewToolCalls struct {
 	llm.Stream
-	sent bool
+	left int
 }
 
-func (s *oneToolCall) Recv() (llm.Event, error) {
+func (s *fewToolCalls) Recv() (llm.Event, error) {
 	ev, err := s.Stream.Recv()
-	if len(ev.ToolCalls) > 0 {
-		if s.sent {
-			ev.ToolCalls = nil
-		} else {
-			ev.ToolCalls, s.sent = ev.ToolCalls[:1], true
-		}
+	if len(ev.ToolCalls) > s.left {
+		ev.ToolCalls = ev.ToolCalls[:s.left]
+	}
+	s.left -= len(ev.ToolCalls)
+	if len(ev.ToolCalls) == 0 {
+		ev.ToolCalls = nil
 	}
 	return ev, err
 }
 
 // Buffered passes the runtime stream's through, so the relay still
 // batches ready tokens.
-func (s *oneToolCall) Buffered() bool {
+func (s *fewToolCalls) Buffered() bool {
 	b, ok := s.Stream.(llm.Buffered)
 	return ok && b.Buffered()
 }

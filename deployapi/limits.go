@@ -151,10 +151,7 @@ const maxBodyCeiling = 64 << 20
 func promptBytes(r *llm.Request) int {
 	n := len(r.Format)
 	for _, m := range r.Messages {
-		n += len(m.Content)
-		for _, tc := range m.ToolCalls {
-			n += len(tc.Name) + len(tc.Arguments)
-		}
+		n += messageBytes(m)
 	}
 	for _, t := range r.Tools {
 		n += len(t.Name) + len(t.Description) + len(t.Parameters)
@@ -228,15 +225,15 @@ func checkForced(r *llm.Request, params *limitParams) *openai.Error {
 // limitParams name the request parameters checkLimits refuses, which
 // differ between the routes.
 type limitParams struct {
-	maxTokens, messages, reasoning string
-	toolParameters                 string // a format of the tool's index
+	maxTokens, messages, reasoning, logprobs string
+	toolParameters                           string // a format of the tool's index
 }
 
 var (
 	chatLimitParams = limitParams{maxTokens: "max_tokens", messages: "messages", reasoning: "reasoning_effort",
-		toolParameters: "tools[%d].function.parameters"}
+		logprobs: "logprobs", toolParameters: "tools[%d].function.parameters"}
 	responsesLimitParams = limitParams{maxTokens: "max_output_tokens", messages: "input", reasoning: "reasoning.effort",
-		toolParameters: "tools[%d].parameters"}
+		logprobs: "include", toolParameters: "tools[%d].parameters"}
 )
 
 // checkLimits refuses a request the model cannot take, before the runtime
@@ -257,8 +254,8 @@ func (a *API) checkLimits(ctx context.Context, s *served, r *llm.Request, params
 			return openai.Unavailable("The model runtime is unreachable or not ready; please retry shortly.")
 		}
 		if !lp {
-			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: "logprobs",
-				Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit logprobs."}
+			return &openai.Error{Status: 400, Type: openai.TypeInvalidRequest, Code: "unsupported_parameter", Param: params.logprobs,
+				Message: "logprobs are not supported by this deployment's model runtime; upgrade it or omit " + params.logprobs + "."}
 		}
 	}
 	if e := a.checkThink(l, &r.Options, params); e != nil {

@@ -71,6 +71,7 @@ func (a *API) recoverHandler(ctx *fasthttp.RequestCtx, route *string) {
 	}
 	a.logPanic(recovered(v))
 	ctx.Response.Reset() // closes a body stream set already: its completion ends
+	a.cors(ctx)
 	a.writeError(ctx, openai.InternalError())
 	ctx.SetConnectionClose()
 	a.m.Request(*route, ctx.Response.StatusCode())

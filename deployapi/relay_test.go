@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hearthd/hearth/llm/fake"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/hearthd/hearth/llm/fake"
 )
 
 // dialRaw dials the test API and returns the connection with a reader.
@@ -292,6 +294,13 @@ func TestAfterAStreamTheIdleTimeoutApplies(t *testing.T) {
 // counterValue is the value of counter name with the given labels.
 func counterValue(t *testing.T, ta *testAPI, name string, want map[string]string) float64 {
 	t.Helper()
+	return findMetric(t, ta, name, want).GetCounter().GetValue()
+}
+
+// findMetric is the first series of the family name with the labels in
+// want (nil if there is none).
+func findMetric(t *testing.T, ta *testAPI, name string, want map[string]string) *dto.Metric {
+	t.Helper()
 	mfs, err := ta.api.m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -307,10 +316,10 @@ func counterValue(t *testing.T, ta *testAPI, name string, want map[string]string
 					continue metric
 				}
 			}
-			return m.GetCounter().GetValue()
+			return m
 		}
 	}
-	return 0
+	return nil
 }
 
 // A stream is counted before its client sees it end: a client that reads
@@ -326,7 +335,7 @@ func testStreamCountedBeforeItsEnd(t *testing.T, overTLS bool) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got := counterValue(t, ta, "hearth_chat_completions_total", labels); got != float64(i+1) {
+		if got := counterValue(t, ta, "hearth_generations_total", labels); got != float64(i+1) {
 			t.Fatalf("after stream %d ended: %v counted", i+1, got)
 		}
 	}

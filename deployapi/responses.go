@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/openai"
 )
 
@@ -18,7 +19,10 @@ func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	var req *openai.ResponsesRequest
 	sl, ok := a.admit(ctx, func(s *served) (demand, *openai.Error) {
-		r, e := openai.DecodeResponsesRequest(ctx.PostBody(), s.model)
+		r, e := openai.DecodeResponsesRequest(ctx.PostBody(), s.model, a.cfg.Sealer)
+		if e == nil && r.Truncate {
+			fitContext(s.limits(s.ctx), &r.Runtime)
+		}
 		if e == nil {
 			e = a.checkLimits(s.ctx, s, &r.Runtime, &responsesLimitParams)
 		}
@@ -31,7 +35,7 @@ func (a *API) handleResponses(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	c, ok := a.startCompletion(ctx, sl, start, req.Stream, func(gctx context.Context, _ int) (llm.Stream, error) {
+	c, ok := a.startCompletion(ctx, metrics.RouteResponses, sl, start, req.Stream, func(gctx context.Context, _ int) (llm.Stream, error) {
 		return a.startGeneration(gctx, sl.s, &req.Runtime)
 	})
 	if !ok {
@@ -82,8 +86,8 @@ func (k responseSink) event(dst []byte, _ *completion, _ int, ev *llm.Event) []b
 	if ev.Reasoning != "" {
 		dst = k.enc.Reasoning(dst, ev.Reasoning)
 	}
-	if ev.Content != "" {
-		dst = k.enc.Text(dst, ev.Content)
+	if ev.Content != "" || len(ev.Logprobs) > 0 {
+		dst = k.enc.TextLogprobs(dst, ev.Content, ev.Logprobs)
 	}
 	if len(ev.ToolCalls) > 0 {
 		dst = k.enc.ToolCalls(dst, ev.ToolCalls)

@@ -160,7 +160,7 @@ func TestResponsesToolRoundTrip(t *testing.T) {
 		!strings.HasPrefix(fc.ID, "fc_") || r.Status != "completed" || r.ToolChoice.OfToolChoiceMode != "auto" || r.ParallelToolCalls {
 		t.Fatalf("function call %s", r.RawJSON())
 	}
-	if got := ta.rt.LastRequest(); got.ForceTool != "" || !got.OneToolCall || len(got.Tools) != 1 {
+	if got := ta.rt.LastRequest(); got.ForceTool != "" || got.MaxToolCalls != 1 || len(got.Tools) != 1 {
 		t.Fatalf("runtime request %+v", got)
 	}
 

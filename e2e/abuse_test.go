@@ -157,7 +157,7 @@ func TestAbuse(t *testing.T) {
 				}
 				b := bodyOf(resp)
 				for _, line := range strings.Split(b, "\n") {
-					if strings.HasPrefix(line, "hearth_chat_completions_total{") {
+					if strings.HasPrefix(line, "hearth_generations_total{") {
 						var v float64
 						if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
 							n += v

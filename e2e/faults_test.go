@@ -96,8 +96,8 @@ func TestRuntimeKilledMidStream(t *testing.T) {
 	if err != nil {
 		t.Fatalf("metrics at --metrics-listen %s: %v", metricsAddr, err)
 	}
-	if !metricAtLeast(m, "hearth_chat_completions_total", `finish_reason="error"`, 1) {
-		t.Fatalf("no failed completion counted:\n%s", grepLines(m, "hearth_chat_completions_total"))
+	if !metricAtLeast(m, "hearth_generations_total", `finish_reason="error"`, 1) {
+		t.Fatalf("no failed completion counted:\n%s", grepLines(m, "hearth_generations_total"))
 	}
 
 	// The supervisor starts a new ollama serve.

@@ -22,12 +22,14 @@ var (
 	runKeyRe    = regexp.MustCompile(`API key\s+(hearth_live_[A-Za-z0-9]{32})\n`)
 	runMgmtRe   = regexp.MustCompile(`management API\s+(http://127\.0\.0\.1:\d+/v1)\s+\(token (hct_\w+)\)`)
 	runCLIRe    = regexp.MustCompile(`export HEARTH_URL=(\S+) HEARTH_TOKEN=(\S+)\n\s+(\S+/hearth) server get demo`)
+	runLinkRe   = regexp.MustCompile(`web console\s+(http://127\.0\.0\.1:\d+/console/sign-in/link\?code=\S+)\n`)
 	runCurlRe   = regexp.MustCompile(`(?s)(curl -sN .*?\n.*?\n.*?'\n)`)
 )
 
 // `make run` (scripts/run.sh) shows the whole product: it prints the
 // management URL and token, a loopback deployment_url, the model, a key
-// issued through the management API and a curl line that works; Ctrl-C
+// issued through the management API and a curl line that works, and a
+// one-time link that signs a browser in to the web console; Ctrl-C
 // stops the control plane, hearthd and its Ollama. Ports and directories
 // are the test's own.
 func TestMakeRun(t *testing.T) {
@@ -90,6 +92,23 @@ func TestMakeRun(t *testing.T) {
 	var srv struct{ Status string }
 	if err != nil || json.Unmarshal(shown, &srv) != nil || srv.Status != "running" {
 		t.Fatalf("%s server get demo: %v\n%s", cli[3], err, shown)
+	}
+
+	// The printed console link signs a browser in, once.
+	link := runLinkRe.FindStringSubmatch(out)
+	if link == nil {
+		t.Fatalf("no console link in:\n%s", out)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for i, want := range []int{http.StatusSeeOther, http.StatusNotFound} {
+		resp, err := noFollow.Get(link[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (i == 0 && (resp.Header.Get("Location") != "/console/servers" || len(resp.Cookies()) != 1)) {
+			t.Fatalf("console link, use %d: %d %v", i+1, resp.StatusCode, resp.Header)
+		}
 	}
 
 	// Ctrl-C stops everything.

@@ -31,9 +31,9 @@ func TestPrometheusScrapesHearthd(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`hearth_chat_completions_total{finish_reason="length",stream="true"} 1`,
-		`hearth_completion_tokens_total 8`,
-		`hearth_time_to_first_token_seconds_count 1`,
+		`hearth_generations_total{finish_reason="length",model="` + inst.Model + `",route="chat",stream="true"} 1`,
+		`hearth_tokens_total{kind="completion",model="` + inst.Model + `",route="chat"} 8`,
+		`hearth_time_to_first_token_seconds_count{route="chat"} 1`,
 		`hearth_runtime_up 1`,
 		`hearth_build_info{`,
 	} {

@@ -121,8 +121,11 @@ type Buffered interface {
 
 // Message is one chat message in runtime terms.
 type Message struct {
-	Role      string // system, user, assistant or tool
-	Content   string
+	Role    string // system, user, assistant or tool
+	Content string
+	// Thinking is what a reasoning model thought before an assistant
+	// message, given back to it (the Responses API's reasoning items).
+	Thinking  string
 	ToolCalls []ToolCall
 	// ToolName names the tool whose result this message carries (role tool).
 	ToolName string
@@ -187,9 +190,9 @@ type Request struct {
 	// choice: "" leaves it free, ToolAny requires a call to one of Tools,
 	// anything else names the one tool it must call.
 	ForceTool string
-	// OneToolCall asks for at most one tool call (parallel_tool_calls
-	// false).
-	OneToolCall bool
+	// MaxToolCalls is the most tool calls a generation may return; later
+	// ones are dropped (parallel_tool_calls false is 1). 0: no limit.
+	MaxToolCalls int
 }
 
 // ToolAny is Request.ForceTool for "call one of the tools, any of them".

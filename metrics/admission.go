@@ -23,7 +23,7 @@ const (
 type admissionMetrics struct {
 	queueDepth *funcGauge
 	rejected   *prometheus.CounterVec
-	children   *childCache[string]
+	children   *childCache[string, prometheus.Counter]
 }
 
 func newAdmissionMetrics() *admissionMetrics {

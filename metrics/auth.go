@@ -14,7 +14,7 @@ const (
 
 type authMetrics struct {
 	failures *prometheus.CounterVec
-	children *childCache[string]
+	children *childCache[string, prometheus.Counter]
 }
 
 func newAuthMetrics() *authMetrics {

@@ -36,7 +36,7 @@ func BenchmarkObserveTTFT(b *testing.B) {
 	d := 37 * time.Millisecond
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			n.ObserveTTFT(d)
+			n.ObserveTTFT(RouteChatCompletions, d)
 		}
 	})
 }
@@ -56,12 +56,12 @@ func BenchmarkObserveInterToken(b *testing.B) {
 	})
 }
 
-func BenchmarkChatCompletion(b *testing.B) {
+func BenchmarkGeneration(b *testing.B) {
 	n := NewNode("bench")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			n.ChatCompletion(FinishStop, true)
+			n.Generation(RouteChatCompletions, "bench", FinishStop, true)
 		}
 	})
 }

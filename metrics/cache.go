@@ -8,25 +8,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// childCache maps a label key to its resolved child counter. Reads are one
+// childCache maps a label key to its resolved child (a counter, an
+// observer, or several resolved together). Reads are one
 // atomic load and a map lookup, so the hot path neither locks nor allocates
 // (CounterVec.WithLabelValues builds a label slice and takes a read lock on
 // every call). Misses copy the map under a mutex; callers bound the key set,
 // so the map stops growing after warm-up.
-type childCache[K comparable] struct {
+type childCache[K comparable, V any] struct {
 	mu      sync.Mutex
-	m       atomic.Pointer[map[K]prometheus.Counter]
-	resolve func(K) prometheus.Counter
+	m       atomic.Pointer[map[K]V]
+	resolve func(K) V
 }
 
-func newChildCache[K comparable](resolve func(K) prometheus.Counter) *childCache[K] {
-	c := &childCache[K]{resolve: resolve}
-	m := map[K]prometheus.Counter{}
+func newChildCache[K comparable, V any](resolve func(K) V) *childCache[K, V] {
+	c := &childCache[K, V]{resolve: resolve}
+	m := map[K]V{}
 	c.m.Store(&m)
 	return c
 }
 
-func (c *childCache[K]) get(k K) prometheus.Counter {
+func (c *childCache[K, V]) get(k K) V {
 	if ctr, ok := (*c.m.Load())[k]; ok {
 		return ctr
 	}
@@ -37,7 +38,7 @@ func (c *childCache[K]) get(k K) prometheus.Counter {
 		return ctr
 	}
 	ctr := c.resolve(k)
-	m := make(map[K]prometheus.Counter, len(old)+1)
+	m := make(map[K]V, len(old)+1)
 	for key, v := range old {
 		m[key] = v
 	}

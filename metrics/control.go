@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -19,9 +20,15 @@ const DefaultControlAddr = "127.0.0.1:9465"
 type Control struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
-	children *childCache[ctlRequest]
+	children *childCache[ctlRequest, prometheus.Counter]
+	duration *prometheus.HistogramVec
+	timers   *childCache[ctlRequest, prometheus.Observer]
 	nodes    *funcGauge
-	servers  *serversCollector
+	byState  *countsCollector
+	servers  *countsCollector
+	// propagation is the time from a node's new desired revision to its
+	// report of having applied it.
+	propagation prometheus.Histogram
 }
 
 type ctlRequest struct {
@@ -39,17 +46,28 @@ func NewControl(version string) *Control {
 			Name: "hearth_control_http_requests_total",
 			Help: "Control-plane API requests answered, by route pattern, method and HTTP status code.",
 		}, []string{"route", "method", "code"}),
-		nodes:   newFuncGauge("hearth_control_nodes_connected", "Nodes currently connected to the control plane."),
-		servers: newServersCollector(),
+		duration: latencyHistogram("hearth_control_http_request_duration_seconds",
+			"Time to answer a control-plane API request, by route pattern, method and HTTP status code (a node's long-poll waits up to its poll time).",
+			controlDurationBuckets(), "route", "method", "code"),
+		nodes: newFuncGauge("hearth_control_nodes_connected", "Nodes currently connected to the control plane."),
+		byState: newCountsCollector("hearth_control_nodes",
+			"Enrolled nodes by state: idle (in the pool), serving, wiping (its server gone, not yet wiped), unreachable.", "state"),
+		servers: newCountsCollector("hearth_control_servers", "Servers known to the control plane, by status.", "status"),
+		propagation: latencyHistogram("hearth_control_propagation_delay_seconds",
+			"Time from a node's new desired state (a change to its server, keys or rules) to the node's report that it applied it.",
+			propagationBuckets()).WithLabelValues().(prometheus.Histogram),
 	}
 	c.children = newChildCache(func(k ctlRequest) prometheus.Counter {
 		return c.requests.WithLabelValues(k.route, k.method, strconv.Itoa(k.code))
+	})
+	c.timers = newChildCache(func(k ctlRequest) prometheus.Observer {
+		return c.duration.WithLabelValues(k.route, k.method, strconv.Itoa(k.code))
 	})
 	c.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfo(version),
-		c.requests, c.nodes, c.servers,
+		c.requests, c.duration, c.nodes, c.byState, c.servers, c.propagation,
 	)
 	return c
 }
@@ -66,10 +84,36 @@ func (c *Control) Handler() http.Handler { return handlerFor(c.reg) }
 // label without bound; "" counts as "other"); method is the HTTP method,
 // folded into "other" when not a standard one.
 func (c *Control) Request(route, method string, code int) {
+	c.children.get(ctlKey(route, method, code)).Inc()
+}
+
+// ObserveRequest records the time an API request took to answer, labelled
+// as Request counts it.
+func (c *Control) ObserveRequest(route, method string, code int, d time.Duration) {
+	c.timers.get(ctlKey(route, method, code)).Observe(d.Seconds())
+}
+
+func ctlKey(route, method string, code int) ctlRequest {
 	if route == "" {
 		route = RouteOther
 	}
-	c.children.get(ctlRequest{route, canonicalMethod(method), code}).Inc()
+	return ctlRequest{route, canonicalMethod(method), code}
+}
+
+// ObservePropagation records one propagation delay: from a node's new
+// desired revision to its report of having applied it.
+func (c *Control) ObservePropagation(d time.Duration) { c.propagation.Observe(d.Seconds()) }
+
+// controlDurationBuckets: an API answer takes milliseconds; a node's
+// long-poll holds up to its poll time (tens of seconds).
+func controlDurationBuckets() []float64 {
+	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+}
+
+// propagationBuckets: a node on its long-poll applies a change in well
+// under a second; a node that restarts, or pulls a model, takes minutes.
+func propagationBuckets() []float64 {
+	return []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
 }
 
 func canonicalMethod(m string) string {
@@ -88,16 +132,19 @@ func canonicalMethod(m string) string {
 func (c *Control) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
 		defer func() {
 			if v := recover(); v != nil {
 				// The handler blew up; whoever recovers it upstream
 				// answers 500, so count it as such.
 				c.Request(routeOf(r.Pattern), r.Method, http.StatusInternalServerError)
+				c.ObserveRequest(routeOf(r.Pattern), r.Method, http.StatusInternalServerError, time.Since(start))
 				panic(v)
 			}
 		}()
 		next.ServeHTTP(sw, r)
 		c.Request(routeOf(r.Pattern), r.Method, sw.status())
+		c.ObserveRequest(routeOf(r.Pattern), r.Method, sw.status(), time.Since(start))
 	})
 }
 
@@ -165,19 +212,24 @@ func (c *Control) RegisterNodesConnected(f func() int) {
 // Until it is called the metric is absent; a later call replaces it.
 func (c *Control) RegisterServers(f func() map[string]int) { c.servers.counts.set(f) }
 
-type serversCollector struct {
+// RegisterNodes sets the function read at each scrape for
+// hearth_control_nodes{state}: the number of nodes in each state. Until
+// it is called the metric is absent; a later call replaces it.
+func (c *Control) RegisterNodes(f func() map[string]int) { c.byState.counts.set(f) }
+
+// countsCollector is a gauge per value of one label, read at scrape time.
+type countsCollector struct {
 	counts scrapeFunc[map[string]int]
 	desc   *prometheus.Desc
 }
 
-func newServersCollector() *serversCollector {
-	return &serversCollector{desc: prometheus.NewDesc("hearth_control_servers",
-		"Servers known to the control plane, by status.", []string{"status"}, nil)}
+func newCountsCollector(name, help, label string) *countsCollector {
+	return &countsCollector{desc: prometheus.NewDesc(name, help, []string{label}, nil)}
 }
 
-func (s *serversCollector) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+func (s *countsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 
-func (s *serversCollector) Collect(ch chan<- prometheus.Metric) {
+func (s *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	f, ok := s.counts.get()
 	if !ok {
 		return

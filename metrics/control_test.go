@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func scriptedControl() *Control {
@@ -12,6 +13,9 @@ func scriptedControl() *Control {
 	c.Request("/v1/servers/{id}", http.MethodDelete, 404)
 	c.RegisterNodesConnected(func() int { return 2 })
 	c.RegisterServers(func() map[string]int { return map[string]int{"active": 3, "provisioning": 1} })
+	c.RegisterNodes(func() map[string]int { return map[string]int{"idle": 1, "serving": 3, "unreachable": 0} })
+	c.ObservePropagation(300 * time.Millisecond)
+	c.ObservePropagation(40 * time.Second)
 	return c
 }
 
@@ -66,6 +70,15 @@ hearth_control_http_requests_total{code="405",method="DELETE",route="other"} 1
 hearth_control_http_requests_total{code="405",method="other",route="other"} 1
 hearth_control_http_requests_total{code="500",method="GET",route="/panic"} 1
 `, "hearth_control_http_requests_total")
+
+	// Each request counted is timed under the same labels.
+	var n uint64
+	for _, m := range gatherFamily(t, c.Registry(), "hearth_control_http_request_duration_seconds").GetMetric() {
+		n += m.GetHistogram().GetSampleCount()
+	}
+	if n != 8 {
+		t.Errorf("%d requests timed, want 8", n)
+	}
 }
 
 func TestControlScrapeFuncs(t *testing.T) {
@@ -82,8 +95,17 @@ hearth_control_servers{status="provisioning"} 1
 # TYPE hearth_control_http_requests_total counter
 hearth_control_http_requests_total{code="200",method="GET",route="/v1/servers"} 1
 hearth_control_http_requests_total{code="404",method="DELETE",route="/v1/servers/{id}"} 1
+# HELP hearth_control_nodes Enrolled nodes by state: idle (in the pool), serving, wiping (its server gone, not yet wiped), unreachable.
+# TYPE hearth_control_nodes gauge
+hearth_control_nodes{state="idle"} 1
+hearth_control_nodes{state="serving"} 3
+hearth_control_nodes{state="unreachable"} 0
 `, "hearth_control_nodes_connected",
-		"hearth_control_servers", "hearth_control_http_requests_total")
+		"hearth_control_servers", "hearth_control_http_requests_total", "hearth_control_nodes")
+	if h := gatherOne(t, c.Registry(), "hearth_control_propagation_delay_seconds").GetHistogram(); h.GetSampleCount() != 2 ||
+		h.GetSampleSum() != 40.3 {
+		t.Errorf("propagation delay: %v", h)
+	}
 	if m := gatherOne(t, c.Registry(), "hearth_build_info"); m.GetGauge().GetValue() != 1 {
 		t.Fatalf("control build info: %v", m)
 	}

@@ -34,28 +34,37 @@ func scriptedNode() *Node {
 	n.Request(RouteChatCompletions, http.StatusTooManyRequests)
 	n.Request(RouteChatCompletions, http.StatusUnauthorized)
 	n.Request(RouteModels, http.StatusOK)
-	n.Request(RouteModel, http.StatusNotFound)
+	n.Request(RouteModels, http.StatusNotFound)
 	n.Request(RouteHealthz, http.StatusOK)
 	n.Request(RouteReadyz, http.StatusOK)
 	n.Request("/nope", http.StatusNotFound)
 
-	n.ChatCompletion(FinishStop, true)
-	n.ChatCompletion(FinishStop, true)
-	n.ChatCompletion(FinishStop, false)
-	n.ChatCompletion(FinishLength, true)
-	n.ChatCompletion(FinishCancelled, true)
+	n.Generation(RouteChatCompletions, "hearth-tiny", FinishStop, true)
+	n.Generation(RouteChatCompletions, "hearth-tiny", FinishStop, true)
+	n.Generation(RouteChatCompletions, "hearth-tiny", FinishStop, false)
+	n.Generation(RouteChatCompletions, "hearth-tiny", FinishLength, true)
+	n.Generation(RouteChatCompletions, "hearth-tiny", FinishCancelled, true)
+	n.Generation(RouteResponses, "hearth-tiny", FinishStop, true)
+	n.Generation(RouteCompletions, "hearth-tiny", FinishStop, false)
 
 	for _, ms := range []int{40, 85, 120, 900, 4000} {
-		n.ObserveTTFT(time.Duration(ms) * time.Millisecond)
+		n.ObserveTTFT(RouteChatCompletions, time.Duration(ms)*time.Millisecond)
+		n.ObserveTTFT(RouteResponses, time.Duration(ms)*time.Millisecond)
 	}
 	for _, us := range []int{300, 800, 1500, 9000, 30000, 700000} {
 		n.ObserveInterToken(time.Duration(us) * time.Microsecond)
 	}
 	for _, s := range []float64{0.5, 3, 12, 75} {
-		n.ObserveChatDuration(time.Duration(s * float64(time.Second)))
+		n.ObserveRequest(RouteChatCompletions, "hearth-tiny", time.Duration(s*float64(time.Second)))
 	}
-	n.Tokens(120, 64)
-	n.Tokens(30, 200)
+	for _, r := range []string{RouteResponses, RouteEmbeddings, RouteCompletions, RouteModels} {
+		n.ObserveRequest(r, "hearth-tiny", 40*time.Millisecond)
+	}
+	n.Tokens(RouteChatCompletions, "hearth-tiny", 120, 64, 20)
+	n.Tokens(RouteChatCompletions, "hearth-tiny", 30, 200, 0)
+	n.Tokens(RouteResponses, "hearth-tiny", 50, 80, 30)
+	n.Tokens(RouteEmbeddings, "hearth-tiny", 12, 0, 0)
+	n.Embedded("hearth-tiny", 4)
 	n.StreamStarted()
 	n.StreamStarted()
 	n.StreamEnded()
@@ -214,9 +223,9 @@ func TestNativeHistogramsNegotiated(t *testing.T) {
 	// Scrapers that ask for protobuf get native buckets alongside the
 	// classic ones.
 	n := NewNode("test")
-	n.ObserveTTFT(30 * time.Millisecond)
-	n.ObserveTTFT(31 * time.Millisecond)
-	n.ObserveTTFT(2 * time.Second)
+	n.ObserveTTFT(RouteChatCompletions, 30*time.Millisecond)
+	n.ObserveTTFT(RouteChatCompletions, 31*time.Millisecond)
+	n.ObserveTTFT(RouteChatCompletions, 2*time.Second)
 	srv := httptest.NewServer(n.Handler())
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodGet, srv.URL, nil)

@@ -7,14 +7,14 @@ import (
 )
 
 // Routes of the deployment API, the values of the route label of
-// hearth_http_requests_total. Anything else is counted as RouteOther.
+// hearth_http_requests_total and the per-route series. RouteModels counts
+// /models and /models/{id}. Anything else is counted as RouteOther.
 const (
-	RouteChatCompletions = "chat_completions"
+	RouteChatCompletions = "chat"
 	RouteResponses       = "responses"
 	RouteCompletions     = "completions"
 	RouteEmbeddings      = "embeddings"
 	RouteModels          = "models"
-	RouteModel           = "model"
 	RouteHealthz         = "healthz"
 	RouteReadyz          = "readyz"
 	RouteOther           = "other"
@@ -23,7 +23,7 @@ const (
 // canonicalRoute folds unknown routes into RouteOther, bounding the label.
 func canonicalRoute(route string) string {
 	switch route {
-	case RouteChatCompletions, RouteResponses, RouteCompletions, RouteEmbeddings, RouteModels, RouteModel, RouteHealthz, RouteReadyz:
+	case RouteChatCompletions, RouteResponses, RouteCompletions, RouteEmbeddings, RouteModels, RouteHealthz, RouteReadyz:
 		return route
 	}
 	return RouteOther
@@ -36,7 +36,7 @@ type routeCode struct {
 
 type httpMetrics struct {
 	requests *prometheus.CounterVec
-	children *childCache[routeCode]
+	children *childCache[routeCode, prometheus.Counter]
 	panics   prometheus.Counter
 }
 

@@ -28,7 +28,7 @@ func TestRequestCountsByRouteAndCode(t *testing.T) {
 	}
 	n.Request(RouteChatCompletions, http.StatusTooManyRequests)
 	n.Request(RouteModels, http.StatusOK)
-	n.Request(RouteModel, http.StatusNotFound)
+	n.Request(RouteModels, http.StatusNotFound)
 	n.Request(RouteHealthz, http.StatusOK)
 	n.Request(RouteReadyz, http.StatusServiceUnavailable)
 	// Unknown routes must not become label values.
@@ -37,74 +37,98 @@ func TestRequestCountsByRouteAndCode(t *testing.T) {
 	compare(t, n.Registry(), `
 # HELP hearth_http_requests_total Deployment API requests answered, by route and HTTP status code.
 # TYPE hearth_http_requests_total counter
-hearth_http_requests_total{code="200",route="chat_completions"} 3
-hearth_http_requests_total{code="429",route="chat_completions"} 1
+hearth_http_requests_total{code="200",route="chat"} 3
+hearth_http_requests_total{code="429",route="chat"} 1
 hearth_http_requests_total{code="200",route="healthz"} 1
-hearth_http_requests_total{code="404",route="model"} 1
 hearth_http_requests_total{code="200",route="models"} 1
+hearth_http_requests_total{code="404",route="models"} 1
 hearth_http_requests_total{code="404",route="other"} 2
 hearth_http_requests_total{code="503",route="readyz"} 1
 `, "hearth_http_requests_total")
 }
 
-func TestChatCompletionsByFinishReasonAndStream(t *testing.T) {
+func TestGenerationsByRouteModelFinishReasonAndStream(t *testing.T) {
 	n := NewNode("test")
-	n.ChatCompletion(FinishStop, true)
-	n.ChatCompletion(FinishStop, true)
-	n.ChatCompletion(FinishStop, false)
-	n.ChatCompletion(FinishLength, false)
-	n.ChatCompletion(FinishToolCalls, true)
-	n.ChatCompletion(FinishError, true)
-	n.ChatCompletion(FinishCancelled, true)
-	n.ChatCompletion("unload", false) // not a known reason
+	n.Generation(RouteChatCompletions, "m", FinishStop, true)
+	n.Generation(RouteChatCompletions, "m", FinishStop, true)
+	n.Generation(RouteChatCompletions, "m", FinishStop, false)
+	n.Generation(RouteChatCompletions, "m", FinishLength, false)
+	n.Generation(RouteChatCompletions, "m", FinishToolCalls, true)
+	n.Generation(RouteChatCompletions, "m", FinishError, true)
+	n.Generation(RouteChatCompletions, "m", FinishCancelled, true)
+	n.Generation(RouteChatCompletions, "m", "unload", false) // not a known reason
+	n.Generation(RouteResponses, "m", FinishStop, true)
+	n.Generation(RouteEmbeddings, "m", FinishStop, false) // no generation route
 	compare(t, n.Registry(), `
-# HELP hearth_chat_completions_total Chat completions ended, by finish reason and whether they were streamed.
-# TYPE hearth_chat_completions_total counter
-hearth_chat_completions_total{finish_reason="cancelled",stream="false"} 0
-hearth_chat_completions_total{finish_reason="cancelled",stream="true"} 1
-hearth_chat_completions_total{finish_reason="error",stream="false"} 0
-hearth_chat_completions_total{finish_reason="error",stream="true"} 1
-hearth_chat_completions_total{finish_reason="length",stream="false"} 1
-hearth_chat_completions_total{finish_reason="length",stream="true"} 0
-hearth_chat_completions_total{finish_reason="other",stream="false"} 1
-hearth_chat_completions_total{finish_reason="stop",stream="false"} 1
-hearth_chat_completions_total{finish_reason="stop",stream="true"} 2
-hearth_chat_completions_total{finish_reason="tool_calls",stream="false"} 0
-hearth_chat_completions_total{finish_reason="tool_calls",stream="true"} 1
-`, "hearth_chat_completions_total")
+# HELP hearth_generations_total Generations ended (each choice of a request is one), by route (chat, responses, completions), model, finish reason and whether they were streamed.
+# TYPE hearth_generations_total counter
+hearth_generations_total{finish_reason="cancelled",model="m",route="chat",stream="false"} 0
+hearth_generations_total{finish_reason="cancelled",model="m",route="chat",stream="true"} 1
+hearth_generations_total{finish_reason="error",model="m",route="chat",stream="false"} 0
+hearth_generations_total{finish_reason="error",model="m",route="chat",stream="true"} 1
+hearth_generations_total{finish_reason="length",model="m",route="chat",stream="false"} 1
+hearth_generations_total{finish_reason="length",model="m",route="chat",stream="true"} 0
+hearth_generations_total{finish_reason="other",model="m",route="chat",stream="false"} 1
+hearth_generations_total{finish_reason="stop",model="m",route="chat",stream="false"} 1
+hearth_generations_total{finish_reason="stop",model="m",route="chat",stream="true"} 2
+hearth_generations_total{finish_reason="tool_calls",model="m",route="chat",stream="false"} 0
+hearth_generations_total{finish_reason="tool_calls",model="m",route="chat",stream="true"} 1
+hearth_generations_total{finish_reason="cancelled",model="m",route="other",stream="false"} 0
+hearth_generations_total{finish_reason="cancelled",model="m",route="other",stream="true"} 0
+hearth_generations_total{finish_reason="error",model="m",route="other",stream="false"} 0
+hearth_generations_total{finish_reason="error",model="m",route="other",stream="true"} 0
+hearth_generations_total{finish_reason="length",model="m",route="other",stream="false"} 0
+hearth_generations_total{finish_reason="length",model="m",route="other",stream="true"} 0
+hearth_generations_total{finish_reason="stop",model="m",route="other",stream="false"} 1
+hearth_generations_total{finish_reason="stop",model="m",route="other",stream="true"} 0
+hearth_generations_total{finish_reason="tool_calls",model="m",route="other",stream="false"} 0
+hearth_generations_total{finish_reason="tool_calls",model="m",route="other",stream="true"} 0
+hearth_generations_total{finish_reason="cancelled",model="m",route="responses",stream="false"} 0
+hearth_generations_total{finish_reason="cancelled",model="m",route="responses",stream="true"} 0
+hearth_generations_total{finish_reason="error",model="m",route="responses",stream="false"} 0
+hearth_generations_total{finish_reason="error",model="m",route="responses",stream="true"} 0
+hearth_generations_total{finish_reason="length",model="m",route="responses",stream="false"} 0
+hearth_generations_total{finish_reason="length",model="m",route="responses",stream="true"} 0
+hearth_generations_total{finish_reason="stop",model="m",route="responses",stream="false"} 0
+hearth_generations_total{finish_reason="stop",model="m",route="responses",stream="true"} 1
+hearth_generations_total{finish_reason="tool_calls",model="m",route="responses",stream="false"} 0
+hearth_generations_total{finish_reason="tool_calls",model="m",route="responses",stream="true"} 0
+`, "hearth_generations_total")
 }
 
 func TestLatencyHistograms(t *testing.T) {
 	n := NewNode("test")
-	n.ObserveTTFT(3 * time.Millisecond)
-	n.ObserveTTFT(2 * time.Second)
-	n.ObserveTTFT(90 * time.Second) // beyond the last bucket
+	n.ObserveTTFT(RouteChatCompletions, 3*time.Millisecond)
+	n.ObserveTTFT(RouteChatCompletions, 2*time.Second)
+	n.ObserveTTFT(RouteChatCompletions, 90*time.Second) // beyond the last bucket
 	n.ObserveInterToken(150 * time.Microsecond)
 	n.ObserveInterToken(20 * time.Millisecond)
-	n.ObserveChatDuration(4 * time.Minute)
+	n.ObserveRequest(RouteResponses, "m", 4*time.Minute)
+	n.ObserveRequest(RouteEmbeddings, "m", time.Second)
+	n.ObserveRequest(RouteHealthz, "m", time.Second) // not an API route: not observed
 
 	compare(t, n.Registry(), `
-# HELP hearth_time_to_first_token_seconds Time from accepting a chat completion to its first generated token.
+# HELP hearth_time_to_first_token_seconds Time from accepting a generation's request to its first generated token, by route.
 # TYPE hearth_time_to_first_token_seconds histogram
-hearth_time_to_first_token_seconds_bucket{le="0.001"} 0
-hearth_time_to_first_token_seconds_bucket{le="0.0025"} 0
-hearth_time_to_first_token_seconds_bucket{le="0.005"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.01"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.025"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.05"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.1"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.25"} 1
-hearth_time_to_first_token_seconds_bucket{le="0.5"} 1
-hearth_time_to_first_token_seconds_bucket{le="1"} 1
-hearth_time_to_first_token_seconds_bucket{le="2.5"} 2
-hearth_time_to_first_token_seconds_bucket{le="5"} 2
-hearth_time_to_first_token_seconds_bucket{le="10"} 2
-hearth_time_to_first_token_seconds_bucket{le="20"} 2
-hearth_time_to_first_token_seconds_bucket{le="30"} 2
-hearth_time_to_first_token_seconds_bucket{le="60"} 2
-hearth_time_to_first_token_seconds_bucket{le="+Inf"} 3
-hearth_time_to_first_token_seconds_sum 92.003
-hearth_time_to_first_token_seconds_count 3
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.001"} 0
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.0025"} 0
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.005"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.01"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.025"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.05"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.1"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.25"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="0.5"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="1"} 1
+hearth_time_to_first_token_seconds_bucket{route="chat",le="2.5"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="5"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="10"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="20"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="30"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="60"} 2
+hearth_time_to_first_token_seconds_bucket{route="chat",le="+Inf"} 3
+hearth_time_to_first_token_seconds_sum{route="chat"} 92.003
+hearth_time_to_first_token_seconds_count{route="chat"} 3
 `, "hearth_time_to_first_token_seconds")
 
 	if got := testutil.CollectAndCount(n.Registry(), "hearth_inter_token_latency_seconds"); got != 1 {
@@ -114,32 +138,50 @@ hearth_time_to_first_token_seconds_count 3
 	if h.GetSampleCount() != 2 || h.GetBucket()[1].GetCumulativeCount() != 1 || h.GetBucket()[1].GetUpperBound() != .00025 {
 		t.Fatalf("inter-token histogram: %v", h)
 	}
-	d := gatherOne(t, n.Registry(), "hearth_chat_completion_duration_seconds").GetHistogram()
-	if d.GetSampleCount() != 1 || d.GetSampleSum() != 240 {
-		t.Fatalf("duration histogram: %v", d)
+	got := map[string]float64{}
+	for _, m := range gatherFamily(t, n.Registry(), "hearth_request_duration_seconds").GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if l["model"] != "m" || m.GetHistogram().GetSampleCount() != 1 {
+			t.Errorf("request duration %v: %v", l, m.GetHistogram())
+		}
+		got[l["route"]] = m.GetHistogram().GetSampleSum()
+	}
+	if len(got) != 2 || got[RouteResponses] != 240 || got[RouteEmbeddings] != 1 {
+		t.Fatalf("request durations by route: %v", got)
 	}
 }
 
 func TestTokensAndActiveStreams(t *testing.T) {
 	n := NewNode("test")
-	n.Tokens(12, 30)
-	n.Tokens(5, 0)
-	n.Tokens(-1, -1) // ignored
+	n.Tokens(RouteChatCompletions, "m", 12, 30, 10)
+	n.Tokens(RouteChatCompletions, "m", 5, 0, 0)
+	n.Tokens(RouteChatCompletions, "m", -1, -1, -1) // ignored
+	n.Tokens(RouteEmbeddings, "m", 7, 0, 0)
+	n.Embedded("m", 3)
+	n.Embedded("m", 0)
 	n.StreamStarted()
 	n.StreamStarted()
 	n.StreamStarted()
 	n.StreamEnded()
 	compare(t, n.Registry(), `
-# HELP hearth_active_streams Chat completions currently generating.
+# HELP hearth_active_streams Generations currently running.
 # TYPE hearth_active_streams gauge
 hearth_active_streams 2
-# HELP hearth_completion_tokens_total Completion tokens generated, as reported by the model runtime.
-# TYPE hearth_completion_tokens_total counter
-hearth_completion_tokens_total 30
-# HELP hearth_prompt_tokens_total Prompt tokens processed, as reported by the model runtime.
-# TYPE hearth_prompt_tokens_total counter
-hearth_prompt_tokens_total 17
-`, "hearth_active_streams", "hearth_completion_tokens_total", "hearth_prompt_tokens_total")
+# HELP hearth_embeddings_total Inputs embedded (one vector each), by model.
+# TYPE hearth_embeddings_total counter
+hearth_embeddings_total{model="m"} 3
+# HELP hearth_tokens_total Tokens processed, as reported by the model runtime, by route, model and kind (prompt, completion, and reasoning: the part of completion that was thinking).
+# TYPE hearth_tokens_total counter
+hearth_tokens_total{kind="completion",model="m",route="chat"} 30
+hearth_tokens_total{kind="prompt",model="m",route="chat"} 17
+hearth_tokens_total{kind="reasoning",model="m",route="chat"} 10
+hearth_tokens_total{kind="completion",model="m",route="embeddings"} 0
+hearth_tokens_total{kind="prompt",model="m",route="embeddings"} 7
+hearth_tokens_total{kind="reasoning",model="m",route="embeddings"} 0
+`, "hearth_active_streams", "hearth_embeddings_total", "hearth_tokens_total")
 }
 
 func TestRejectionsAndAuthFailures(t *testing.T) {
@@ -382,8 +424,8 @@ func TestConcurrentObservationsAndScrapes(t *testing.T) {
 			for i := range per {
 				n.Request(RouteChatCompletions, codes[(w+i)%len(codes)])
 				n.Rejected([]string{RejectQueueFull, RejectDraining}[i%2])
-				n.ObserveTTFT(time.Duration(i) * time.Millisecond)
-				n.ChatCompletion(FinishStop, i%2 == 0)
+				n.ObserveTTFT(RouteChatCompletions, time.Duration(i)*time.Millisecond)
+				n.Generation(RouteChatCompletions, "m", FinishStop, i%2 == 0)
 			}
 		}()
 	}
@@ -415,12 +457,19 @@ func TestHotPathAllocs(t *testing.T) {
 	// Warm the lazily resolved children first.
 	n.Request(RouteModels, 200)
 	n.Rejected(RejectQueueFull)
+	n.ObserveTTFT(RouteChatCompletions, time.Second)
+	n.ObserveRequest(RouteChatCompletions, "m", time.Second)
+	n.Generation(RouteChatCompletions, "m", FinishLength, false)
+	n.Tokens(RouteChatCompletions, "m", 1, 1, 1)
+	n.Embedded("m", 1)
 	for name, f := range map[string]func(){
 		"Request":           func() { n.Request(RouteModels, 200) },
-		"ObserveTTFT":       func() { n.ObserveTTFT(12 * time.Millisecond) },
+		"ObserveTTFT":       func() { n.ObserveTTFT(RouteChatCompletions, 12*time.Millisecond) },
 		"ObserveInterToken": func() { n.ObserveInterToken(3 * time.Millisecond) },
-		"ChatCompletion":    func() { n.ChatCompletion(FinishLength, false) },
-		"Tokens":            func() { n.Tokens(10, 20) },
+		"ObserveRequest":    func() { n.ObserveRequest(RouteChatCompletions, "m", time.Second) },
+		"Generation":        func() { n.Generation(RouteChatCompletions, "m", FinishLength, false) },
+		"Tokens":            func() { n.Tokens(RouteChatCompletions, "m", 10, 20, 5) },
+		"Embedded":          func() { n.Embedded("m", 2) },
 		"Rejected":          func() { n.Rejected(RejectQueueFull) },
 	} {
 		if a := testing.AllocsPerRun(100, f); a != 0 {
@@ -431,7 +480,7 @@ func TestHotPathAllocs(t *testing.T) {
 
 // The deployment API's routes keep their own label; anything else is other.
 func TestRoutesKeepTheirLabel(t *testing.T) {
-	for _, r := range []string{RouteChatCompletions, RouteCompletions, RouteEmbeddings, RouteModels, RouteModel, RouteHealthz, RouteReadyz} {
+	for _, r := range []string{RouteChatCompletions, RouteCompletions, RouteEmbeddings, RouteModels, RouteHealthz, RouteReadyz} {
 		if got := canonicalRoute(r); got != r {
 			t.Errorf("%s counted as %s", r, got)
 		}

@@ -16,7 +16,7 @@ func equals(want float64) func(float64) bool { return func(v float64) bool { ret
 
 func TestRealPrometheusScrapesNode(t *testing.T) {
 	n := NewNode("v9.9.9-prom")
-	n.ObserveTTFT(42 * time.Millisecond)
+	n.ObserveTTFT(RouteChatCompletions, 42*time.Millisecond)
 	n.Request(RouteChatCompletions, 200)
 	n.Request(RouteChatCompletions, 200)
 	n.RegisterFirewall(func() FirewallStats {
@@ -34,7 +34,7 @@ func TestRealPrometheusScrapesNode(t *testing.T) {
 	if got := p.Query(t, `hearth_time_to_first_token_seconds_bucket{le="0.05"}`); got != 1 {
 		t.Fatalf("TTFT le=0.05 bucket %v, want 1", got)
 	}
-	if got := p.Query(t, `hearth_http_requests_total{route="chat_completions",code="200"}`); got != 2 {
+	if got := p.Query(t, `hearth_http_requests_total{route="chat",code="200"}`); got != 2 {
 		t.Fatalf("requests %v, want 2", got)
 	}
 	if got := p.Query(t, `hearth_build_info{version="v9.9.9-prom"}`); got != 1 {
@@ -45,14 +45,14 @@ func TestRealPrometheusScrapesNode(t *testing.T) {
 	}
 
 	// A later observation reaches Prometheus with the next scrape.
-	n.ObserveTTFT(3 * time.Second)
+	n.ObserveTTFT(RouteChatCompletions, 3*time.Second)
 	p.WaitFor(t, `hearth_time_to_first_token_seconds_count`, equals(2), wait)
 }
 
 func TestRealPrometheusIngestsNativeHistograms(t *testing.T) {
 	n := NewNode("test")
 	for _, ms := range []int{20, 21, 400} {
-		n.ObserveTTFT(time.Duration(ms) * time.Millisecond)
+		n.ObserveTTFT(RouteChatCompletions, time.Duration(ms)*time.Millisecond)
 	}
 	srv := httptest.NewServer(n.Handler())
 	defer srv.Close()

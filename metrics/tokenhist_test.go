@@ -14,7 +14,7 @@ import (
 // reference is client_golang's histogram with the options tokenHistogram
 // stands for.
 func reference(buckets []float64) prometheus.Histogram {
-	return latencyHistogram("hearth_inter_token_latency_seconds", "help", buckets)
+	return latencyHistogram("hearth_inter_token_latency_seconds", "help", buckets).WithLabelValues().(prometheus.Histogram)
 }
 
 func written(t *testing.T, m prometheus.Metric) *dto.Metric {

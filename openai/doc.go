@@ -12,8 +12,17 @@
 // DecodeChatRequest is strict: an explicit null is the same as an absent
 // field, and a field that is absent stays nil in runtime.Options so the
 // model's own defaults apply. Every 400 names the offending parameter in
-// OpenAI's path syntax (messages[1].content[0].type). Anything this
-// deployment cannot honour is refused rather than silently ignored.
+// OpenAI's path syntax (messages[1].content[0].type).
+//
+// Every field of the current OpenAI API on these routes is known (a test
+// walks the official Go SDK's request types, at every depth, and fails on
+// a field the decoders do not list). A field is honoured where the
+// deployment can honour it; otherwise it is accepted and ignored when
+// ignoring it cannot hand the client something else than it asked for (a
+// hint, an identifier, a tier, a caching option: each row says why it
+// changes nothing), and refused with a 400 naming it and saying why when
+// it would (store true, audio, moderation, built-in tools, …). Only a
+// field the API does not have is a 400 unknown_parameter.
 //
 //	OpenAI field               runtime field / outcome
 //	------------               -----------------------
@@ -28,10 +37,12 @@
 //	  .content                 Content; string, or array of parts whose "text"
 //	                           (and, for assistant, "refusal") parts are concatenated
 //	                           without separator; image_url, input_audio, file → 400
-//	                           (text-only model). Required except for assistant.
+//	                           (text-only model). Required except for assistant. A text
+//	                           part's prompt_cache_breakpoint (an object) is accepted and
+//	                           ignored: the runtime caches the prompt's prefix by itself
 //	  .name                    accepted, dropped (the runtime has no participant names)
-//	  .tool_calls (assistant)  ToolCalls; type "function"; arguments, a JSON string,
-//	                           must hold a JSON object ("" counts as {}) → Arguments raw
+//	  .tool_calls (assistant)  ToolCalls; type "function" (custom → 400); arguments, a JSON
+//	                           string, must hold a JSON object ("" counts as {}) → Arguments raw
 //	  .refusal (assistant)     used as Content when content is empty
 //	  .audio, .function_call   400
 //	  .tool_call_id (tool)     required; ToolName = name of the earlier assistant tool
@@ -55,36 +66,58 @@
 //	                           the runtime can take, CheckSchema: else 400
 //	                           invalid_json_schema naming response_format);
 //	                           json_schema.strict either way (decoding is constrained)
-//	tools                      Tools; ≤ 128, type "function" only, unique names matching
+//	tools                      Tools; ≤ 128, type "function" only (custom tools, which take
+//	                           free text → 400 naming the type), unique names matching
 //	                           ^[a-zA-Z0-9_-]{1,64}$, parameters an object (absent → empty
 //	                           object schema). function.strict is accepted either way; a
 //	                           forced call's arguments are constrained to the schema
 //	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" →
 //	                           ForceTool = llm.ToolAny (400 without tools); {"type":"function",
 //	                           "function":{"name":N}} → ForceTool = N (400 naming tool_choice
-//	                           when N is not among tools). The deployment API forces the call
-//	                           by constraining the output to a JSON schema (deployapi/generate.go)
-//	parallel_tool_calls        true → nothing; false → OneToolCall: later calls are dropped
+//	                           when N is not among tools); {"type":"allowed_tools",
+//	                           "allowed_tools":{"mode","tools"}} → Tools keeps the listed
+//	                           functions (each one of tools), mode "required" → ForceTool
+//	                           ToolAny; custom → 400. The deployment API forces the call by
+//	                           constraining the output to a JSON schema (deployapi/generate.go)
+//	parallel_tool_calls        true → nothing; false → MaxToolCalls 1: later calls are dropped
 //	stream                     ChatRequest.Stream
 //	stream_options             only with stream true, else 400; include_usage →
 //	                           ChatRequest.IncludeUsage; include_obfuscation true → 400
 //	n                          ChatRequest.N, 1…MaxChoices (8): n independent generations,
 //	                           choices indexed 0…n−1; above 8 → 400 naming n
-//	user, safety_identifier,   strings, accepted and dropped (end-user identifier and a
-//	prompt_cache_key           caching hint change nothing in the output)
+//	user, safety_identifier,   strings, accepted and dropped: an end-user identifier is
+//	prompt_cache_key,          recorded nowhere (the key's usage is what is counted), and
+//	prompt_cache_retention     the runtime keeps its prompt cache by itself, so caching hints
+//	                           change nothing in the output
+//	prompt_cache_options       an object, accepted and dropped (caching, as above)
 //	logit_bias                 {} → nothing; non-empty → 400
 //	logprobs                   Options.Logprobs (400 where the runtime cannot give them)
 //	top_logprobs               0–20 → Options.TopLogprobs; needs logprobs true
-//	reasoning_effort           "none", "minimal" (= "low"), "low", "medium", "high" →
+//	reasoning_effort           "none", "minimal" (= "low"), "low", "medium", "high", "xhigh"
+//	                           and "max" (= "high", the most a runtime offers) →
 //	                           Options.Think; the thinking comes back as reasoning_content
 //	                           (message and deltas) and usage.completion_tokens_details
 //	                           .reasoning_tokens; 400 where the model cannot reason
+//	chat_template_kwargs       an object (vLLM's arguments to the chat template). The runtime
+//	                           renders the template itself and takes none; the thinking
+//	                           switches the templates have are honoured: enable_thinking
+//	                           and thinking (booleans) → Options.Think medium or none,
+//	                           reasoning_effort → as above, unless reasoning_effort is sent;
+//	                           any other key is accepted and has no effect
+//	verbosity                  "medium" → nothing; "low", "high" → an instruction to answer
+//	                           briefly or thoroughly, added to the opening system message (or
+//	                           as one): the runtime has no length setting short of max_tokens,
+//	                           which cuts an answer rather than making it brief
 //	store                      false → nothing; true → 400
 //	metadata                   {} → nothing; non-empty → 400 (only kept with store)
-//	service_tier               "auto", "default" → nothing; other tiers → 400
+//	service_tier               "auto", "default" → nothing (a dedicated server has one
+//	                           tier); other tiers (flex, priority, …) → 400: the answer would
+//	                           not be what they promise
 //	modalities                 ["text"] (or []) → nothing; "audio" → 400
 //	audio, prediction,         any value → 400
 //	web_search_options
+//	moderation                 any value → 400: there is no moderation model, and an answer
+//	                           taken for a moderated one would mislead
 //	functions, function_call   (deprecated) any value → 400, use tools / tool_choice
 //
 // # Responses API
@@ -114,8 +147,20 @@
 //	                           function_call (call_id, name, arguments → ToolCalls of an
 //	                           assistant message), function_call_output (call_id, output →
 //	                           a tool message; a call_id of no function_call before it → 400
-//	                           naming input, as OpenAI), reasoning (accepted, dropped); item_reference
-//	                           and built-in tools' items → 400
+//	                           naming input, as OpenAI), reasoning (below); item_reference
+//	                           and built-in tools' items → 400. A function call's and
+//	                           output's namespace, caller and async (for tools this
+//	                           deployment does not have) are accepted and ignored, so is an
+//	                           input_text part's prompt_cache_breakpoint, and an output_text
+//	                           part's annotations and logprobs sent back
+//	  reasoning item           an earlier answer's thinking, given back to the model as the
+//	                           thinking (Message.Thinking) of the assistant message or calls
+//	                           after it: encrypted_content, which this node sealed (include
+//	                           below), opened with its key, else content's reasoning_text
+//	                           parts; one the key does not open (another node's, tampered,
+//	                           or sealed before the node was wiped) → 400
+//	                           invalid_encrypted_content naming it. summary, id, status are
+//	                           accepted and ignored
 //	instructions               a system message before the input
 //	temperature                Options.Temperature, 0..2
 //	top_p                      Options.TopP, 0..1
@@ -124,26 +169,63 @@
 //	text                       .format {"type":"text"} → nothing; json_object → Format "json";
 //	                           json_schema (name, schema required; description, strict) →
 //	                           Format = schema (CheckSchema, naming text.format);
-//	                           .verbosity "medium" only
+//	                           .verbosity as chat's verbosity, echoed
 //	reasoning                  .effort as chat's reasoning_effort → Options.Think; thinking
-//	                           comes back as a reasoning item; .summary → 400
+//	                           comes back as a reasoning item (reasoning_text content);
+//	                           .summary, .generate_summary "auto", "concise", "detailed" →
+//	                           echoed, nothing else: no summary is made, the thinking itself
+//	                           comes back; .context "current_turn" (and "auto") → the
+//	                           reasoning items of the input before its last user message are
+//	                           not shown to the model, "all_turns" → all are; .mode
+//	                           "standard" → nothing, other modes → 400
 //	tools                      Tools; ≤ 128 {"type":"function",name,description,parameters,strict};
-//	                           web_search, file_search, code_interpreter, mcp, … → 400 naming the type
+//	                           defer_loading, allowed_callers, async and output_schema are
+//	                           accepted and ignored (no tool search, programmatic calling or
+//	                           asynchronous calls: every tool is offered, and called directly);
+//	                           web_search, file_search, code_interpreter, mcp, custom, namespace,
+//	                           … → 400 naming the type
 //	tool_choice                "auto" → nothing; "none" → Tools dropped; "required" → ForceTool
-//	                           ToolAny; {"type":"function","name"} → ForceTool name (a tool of tools)
-//	parallel_tool_calls        false → OneToolCall
-//	max_tool_calls             any value → 400
+//	                           ToolAny; {"type":"function","name"} → ForceTool name (a tool of
+//	                           tools); {"type":"allowed_tools","mode","tools"} as chat's, echoed;
+//	                           built-in tools' types → 400
+//	parallel_tool_calls        false → MaxToolCalls 1
+//	max_tool_calls             integer ≥ 0 → MaxToolCalls: at most that many function calls
+//	                           come back, later ones are dropped (OpenAI counts built-in
+//	                           tools' calls, which this deployment has none of); 0 → no tools
+//	                           offered (400 with a tool_choice that requires a call)
 //	stream                     the typed server-sent events above
 //	stream_options             only with stream true; include_obfuscation true → 400
 //	metadata                   ≤ 16 string pairs (keys ≤ 64, values ≤ 512 bytes), echoed back
-//	user, safety_identifier,   strings, accepted, echoed back, ignored
-//	prompt_cache_key
+//	user, safety_identifier,   strings, accepted, echoed back, ignored (as chat's)
+//	prompt_cache_key,
+//	prompt_cache_retention
+//	prompt_cache_options,      objects, accepted and ignored: caching as chat's, and no
+//	access_programs            access program gates anything on a dedicated deployment
+//	context_management         an array of {type, compact_threshold}, accepted and ignored:
+//	                           nothing is compacted server-side; truncation "auto" fits a long
+//	                           conversation to the context
+//	moderation                 any value → 400, as chat's
 //	service_tier               "auto", "default" → nothing; other tiers → 400
-//	truncation                 "disabled" → nothing; "auto" → 400
-//	top_logprobs               0 → nothing; more → 400
-//	include                    [] → nothing; any item → 400
+//	truncation                 "disabled" → nothing (an input longer than the context is a
+//	                           400); "auto" → Truncate: the oldest input items are dropped
+//	                           until the input, estimated at 4 bytes a token, leaves room in
+//	                           the context for max_output_tokens — never the instructions or
+//	                           system items, nor the last item, and a call with its outputs
+//	top_logprobs               0–20 → Options.TopLogprobs with include's logprobs, else nothing
+//	include                    "reasoning.encrypted_content" → each reasoning item carries its
+//	                           thinking sealed (AES-256-GCM under a key of the node's, kept in
+//	                           its state, replaced when the node is wiped) in encrypted_content,
+//	                           which a later request may send back in input (OpenAI's
+//	                           stateless reasoning); "message.output_text.logprobs" →
+//	                           Options.Logprobs: each output_text part and delta carries its
+//	                           tokens' logprobs (400 naming include where the runtime cannot
+//	                           give them); the other values name outputs of built-in tools and
+//	                           image inputs this deployment never has: nothing to add; any
+//	                           other value → 400
 //	store                      false → nothing; true → 400 (responses are not kept)
 //	background                 false → nothing; true → 400
+//	background_options,        objects, accepted and ignored: no background execution (as
+//	image                      background true is a 400), no image input to compress
 //	previous_response_id,      any value → 400: nothing is stored; send the whole
 //	conversation, prompt       conversation as input
 //

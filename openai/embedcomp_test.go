@@ -70,6 +70,13 @@ func TestDecodeEmbeddingsRequest(t *testing.T) {
 		{"unknown", embBody(`"input":"x","truncate":true`), nil, "truncate", "unknown_parameter"},
 		{"user type", embBody(`"input":"x","user":1`), nil, "user", "invalid_type"},
 	}
+	// The token arrays' answer names the fix for the client that sends
+	// them by default.
+	for _, b := range []string{embBody(`"input":[1,2,3]`), embBody(`"input":[[1,2],[3]]`)} {
+		if _, e := DecodeEmbeddingsRequest([]byte(b), testModel); e == nil || !strings.Contains(e.Message, "check_embedding_ctx_length=False") {
+			t.Errorf("%s: %v, want the message to name check_embedding_ctx_length=False", b, e)
+		}
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, e := DecodeEmbeddingsRequest([]byte(tc.body), testModel)

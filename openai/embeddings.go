@@ -105,8 +105,7 @@ func decodeEmbeddingInput(raw json.RawMessage, param string) ([]string, *Error) 
 		switch kindOf(it) {
 		case "string":
 		case "integer", "array":
-			return nil, invalid(param, "unsupported_value",
-				"Token arrays are not supported by this deployment's model runtime; send 'input' as text.")
+			return nil, invalid(param, "unsupported_value", tokenArraysMessage)
 		default:
 			return nil, typeError(p, "a string", it)
 		}
@@ -116,6 +115,12 @@ func decodeEmbeddingInput(raw json.RawMessage, param string) ([]string, *Error) 
 	}
 	return out, nil
 }
+
+// tokenArraysMessage answers token arrays, and names the fix for the
+// client that sends them without being asked: LangChain's
+// OpenAIEmbeddings tokenizes with tiktoken first unless told not to.
+const tokenArraysMessage = "Token arrays are not supported by this deployment's model runtime; send 'input' as text. " +
+	"LangChain's OpenAIEmbeddings sends token arrays by default: create it with check_embedding_ctx_length=False."
 
 func emptyInput(param string) *Error {
 	return invalid(param, "invalid_value", "'"+param+"' must not be an empty string.")

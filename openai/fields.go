@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 )
 
 // A decodeFunc decodes raw, the value of one member of a JSON object, into
@@ -157,6 +158,32 @@ func setPtr[T, V any](parse parser[V], at func(*T) **V) decodeFunc[T] {
 		*at(d) = &v
 		return nil
 	}
+}
+
+// eachElement decodes the array raw at param item by item, each with its
+// path (param[i]), stopping at the first error.
+func eachElement(raw json.RawMessage, param string, each func(it json.RawMessage, p string) *Error) *Error {
+	items, e := asArray(raw, param)
+	if e != nil {
+		return e
+	}
+	for i, it := range items {
+		if e := each(it, param+"["+strconv.Itoa(i)+"]"); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// eachString is eachElement for an array of strings.
+func eachString(raw json.RawMessage, param string, each func(v, p string) *Error) *Error {
+	return eachElement(raw, param, func(it json.RawMessage, p string) *Error {
+		v, e := asString(it, p)
+		if e != nil {
+			return e
+		}
+		return each(v, p)
+	})
 }
 
 // nested decodes raw, an object found at param, into *d with fs.

@@ -82,13 +82,20 @@ func TestDocTableMatchesFields(t *testing.T) {
 	}
 }
 
-// The Responses section documents exactly the fields its decoder knows.
-func TestResponsesDocTableMatchesFields(t *testing.T) {
-	doc, _ := docTable(t, "Responses field")
-	doc = slices.Sorted(slices.Values(doc))
-	code := slices.Sorted(slices.Values(responsesFields.names()))
-	if !slices.Equal(doc, code) {
-		t.Errorf("the doc table lists\n%v\nthe decoder knows\n%v", doc, code)
+// The Responses, embeddings and legacy completions sections document
+// exactly the fields their decoders know.
+func TestOtherDocTablesMatchFields(t *testing.T) {
+	for header, names := range map[string][]string{
+		"Responses field":   responsesFields.names(),
+		"embeddings field":  embeddingsFields.names(),
+		"completions field": completionFields.names(),
+	} {
+		doc, _ := docTable(t, header)
+		doc = slices.Sorted(slices.Values(doc))
+		code := slices.Sorted(slices.Values(names))
+		if !slices.Equal(doc, code) {
+			t.Errorf("%s: the doc table lists\n%v\nthe decoder knows\n%v", header, doc, code)
+		}
 	}
 }
 
@@ -103,10 +110,20 @@ func TestNewFieldsRefusesDuplicates(t *testing.T) {
 
 // Every known top-level field reaches its decoder: a value of a type no
 // field accepts gets a 400 naming that field, never the unknown-field
-// error, and an absent optional field is not an error.
+// error, and an absent optional field is not an error. The fields that
+// take any object are given a value that is not one.
 func TestEveryTopLevelFieldIsDecoded(t *testing.T) {
 	for _, name := range chatFields.names() {
 		key, _ := json.Marshal(name)
+		if name == "chat_template_kwargs" || name == "prompt_cache_options" {
+			if _, e := DecodeChatRequest([]byte(body(string(key)+`:{"x":[1]}`)), testModel); e != nil {
+				t.Errorf("%s: an object is refused: %v", name, e)
+			}
+			if _, e := DecodeChatRequest([]byte(body(string(key)+`:[1]`)), testModel); e == nil || e.Param != name {
+				t.Errorf("%s: an array: got %+v, want a 400 about %s", name, e, name)
+			}
+			continue
+		}
 		_, e := DecodeChatRequest([]byte(body(string(key)+`:{"x":[1]}`)), testModel)
 		if name == "model" {
 			if e == nil || e.Status != 400 || e.Param != "model" {

@@ -86,6 +86,12 @@ var decodeSeeds = []string{
 		`"function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
 	`{"model":"` + testModel + `","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]}`,
 	`{"model":"x","messages":[]}`, `[]`, `null`, `{"model":`, `{}`, body(`"foo":1`),
+	body(`"verbosity":"low","chat_template_kwargs":{"enable_thinking":false,"x":[1]},"prompt_cache_retention":"24h","prompt_cache_options":{}`),
+	body(`"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":` +
+		`{"mode":"required","tools":[{"type":"function","function":{"name":"f"}}]}}`),
+	`{"model":"` + testModel + `","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a",` +
+		`"prompt_cache_breakpoint":{}}]}],"verbosity":"high","reasoning_effort":"xhigh"}`,
+	body(`"moderation":{"model":"m"}`), body(`"tools":[{"type":"custom","custom":{"name":"c"}}]`),
 }
 
 func FuzzDecodeChatRequest(f *testing.F) {

@@ -153,6 +153,7 @@ var goldenTopLevel = []string{
 	"stream_options", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls", "n",
 	"logit_bias", "logprobs", "top_logprobs", "store", "metadata", "service_tier", "modalities", "audio",
 	"prediction", "reasoning_effort", "web_search_options", "functions", "function_call",
+	"chat_template_kwargs", "verbosity", "moderation", "prompt_cache_retention", "prompt_cache_options",
 }
 
 // goldenValues are JSON values tried for every top-level field: of every
@@ -177,6 +178,8 @@ var goldenBad = map[string]string{
 	"logprobs": `true`, "top_logprobs": `3`, "store": `true`, "metadata": `{"a":"b"}`, "service_tier": `"flex"`,
 	"modalities": `["audio"]`, "audio": `{}`, "prediction": `{}`, "reasoning_effort": `"extreme"`,
 	"web_search_options": `{}`, "functions": `[]`, "function_call": `"auto"`,
+	"chat_template_kwargs": `{"enable_thinking":"yes"}`, "verbosity": `"loud"`, "moderation": `{"model":"m"}`,
+	"prompt_cache_retention": `1`, "prompt_cache_options": `[]`,
 }
 
 // goldenMessages are single messages, tried alone and after a valid one.
@@ -197,6 +200,8 @@ var goldenContent = []string{
 	`[{"type":"image_url","image_url":{"url":"u"}}]`, `[{"type":"input_audio"}]`, `[{"type":"file"}]`,
 	`[{"type":"video"}]`, `[{"type":1}]`, `[{"type":"text","text":"a"},{"type":"bad","text":"b"}]`,
 	`[{"text":"a"}]`, `[{"type":"text","text":null}]`,
+	`[{"type":"text","text":"a","prompt_cache_breakpoint":{}}]`, `[{"type":"text","text":"a","prompt_cache_breakpoint":1}]`,
+	`[{"type":"text","text":"a","annotations":[]}]`,
 }
 
 // goldenToolCalls are values tried for tool_calls of every role.
@@ -278,6 +283,19 @@ var goldenObjects = map[string][]string{
 	},
 	"tool_choice": {
 		`"auto"`, `"none"`, `"required"`, `"bogus"`, `{"type":"function","function":{"name":"f"}}`, `{}`, `1`, `[]`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"t"}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"t"}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"f"}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"sometimes","tools":[{"type":"function","function":{"name":"t"}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"custom","custom":{"name":"t"}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"t","x":1}}]}}`,
+		`{"type":"allowed_tools","allowed_tools":{"mode":"auto"}}`, `{"type":"allowed_tools"}`,
+		`{"type":"custom","custom":{"name":"t"}}`,
+	},
+	"chat_template_kwargs": {
+		`{}`, `{"enable_thinking":false}`, `{"enable_thinking":true}`, `{"thinking":true}`, `{"reasoning_effort":"low"}`,
+		`{"reasoning_effort":"lots"}`, `{"enable_thinking":1}`, `{"any":[1,{"x":null}]}`, `[]`,
 	},
 }
 
@@ -337,7 +355,7 @@ func goldenBodies() []string {
 		}
 		c = append(c, messagesBody(goldenMessage(role, "foo", "1")))
 	}
-	for _, f := range []string{"response_format", "tools", "stream_options", "tool_choice"} {
+	for _, f := range []string{"response_format", "tools", "stream_options", "tool_choice", "chat_template_kwargs"} {
 		for _, v := range goldenObjects[f] {
 			field := strconv.Quote(f) + ":" + v
 			c = append(c, body(field), body(`"stream":true,`+field),
@@ -351,6 +369,10 @@ func goldenBodies() []string {
 		body(`"max_tokens":3,"max_completion_tokens":4,"stop":[1]`), body(`"max_tokens":3,"max_completion_tokens":4,"temperature":9`),
 		body(`"stream" : true , "stream_options" : { "include_usage" : true } , "stop" : [ "a" , "" ]`),
 		body(`"stream":false,"stream_options":{"x":1}`), body(`"stream":"x","stream_options":{}`),
+		body(`"reasoning_effort":"none","chat_template_kwargs":{"enable_thinking":true}`),
+		body(`"verbosity":"low"`), body(`"verbosity":"high"`), body(`"verbosity":"medium"`),
+		`{"model":"`+testModel+`","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"verbosity":"low"}`,
+		body(`"tools":[{"type":"custom","custom":{"name":"t"}}]`),
 		messagesBody(`{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}},`+
 			`{"id":"a","type":"function","function":{"name":"g","arguments":"{}"}}]},{"role":"tool","tool_call_id":"a","content":"x"}`),
 		messagesBody(`{"role":"tool","tool_call_id":"a","content":"x"},{"role":"assistant","tool_calls":[`+

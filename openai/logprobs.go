@@ -10,7 +10,16 @@ import (
 // appendLogprobs appends a choice's logprobs object in OpenAI's shape:
 // {"content":[{"token","logprob","bytes","top_logprobs":[…]}],"refusal":null}.
 func appendLogprobs(dst []byte, lp []llm.TokenLogprob) []byte {
-	dst = append(dst, `{"content":[`...)
+	dst = append(dst, `{"content":`...)
+	dst = appendLogprobList(dst, lp)
+	return append(dst, `,"refusal":null}`...)
+}
+
+// appendLogprobList appends the tokens' logprobs as an array of
+// {"token","logprob","bytes","top_logprobs":[…]}: chat's logprobs.content,
+// the Responses API's output_text logprobs.
+func appendLogprobList(dst []byte, lp []llm.TokenLogprob) []byte {
+	dst = append(dst, '[')
 	for i := range lp {
 		if i > 0 {
 			dst = append(dst, ',')
@@ -28,7 +37,7 @@ func appendLogprobs(dst []byte, lp []llm.TokenLogprob) []byte {
 		}
 		dst = append(dst, "]}"...)
 	}
-	return append(dst, `],"refusal":null}`...)
+	return append(dst, ']')
 }
 
 // appendTokenLogprob appends `{"token":…,"logprob":…,"bytes":[…]`, open.

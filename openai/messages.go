@@ -134,6 +134,8 @@ func decodeContent(raw json.RawMessage, param string, refusalParts bool) (string
 	return decodeTextParts(raw, param, func(typ, p string) (string, []string, *Error) {
 		switch typ {
 		case "text":
+			// A caching hint: the runtime caches the prompt's prefix itself.
+			return typ, []string{"prompt_cache_breakpoint"}, nil
 		case "refusal":
 			if !refusalParts {
 				return "", nil, invalidValue(p, typ, "text")
@@ -149,9 +151,19 @@ func decodeContent(raw json.RawMessage, param string, refusalParts bool) (string
 	})
 }
 
+// partExtras are the members a text part may have besides its type and
+// text (partKind), each of a JSON kind: an earlier output's annotations
+// and logprobs, sent back with it, and a prompt caching hint. They change
+// nothing in what the model is given.
+var partExtras = map[string]string{
+	"annotations":             "array",
+	"logprobs":                "array",
+	"prompt_cache_breakpoint": "object",
+}
+
 // A partKind tells for a content part's type, found at param, the member
-// holding its text and the other members it may have besides type, or the
-// error for a type that is not taken.
+// holding its text and the other members it may have besides type (of
+// partExtras), or the error for a type that is not taken.
 type partKind func(typ, param string) (textKey string, extra []string, e *Error)
 
 // decodeTextParts decodes content: a string, or an array of parts whose
@@ -186,6 +198,11 @@ func decodeTextParts(raw json.RawMessage, param string, kind partKind) (string, 
 				return "", unknownField(p + "." + k)
 			}
 		}
+		for _, k := range extra {
+			if v, ok := part.get(k); ok && kindOf(v) != partExtras[k] {
+				return "", typeError(p+"."+k, article(partExtras[k]), v)
+			}
+		}
 		s, e := requiredString(part, key, p+"."+key)
 		if e != nil {
 			return "", e
@@ -207,6 +224,11 @@ func (d *messageDecoder) toolCalls(raw json.RawMessage, param string) *Error {
 		p := param + "[" + strconv.Itoa(i) + "]"
 		obj, e := asObject(it, p)
 		if e != nil {
+			return e
+		}
+		if e := refuseType(obj, p, "function", func(typ string) string {
+			return "Tool calls of type '" + clip(typ) + "' are not supported by this deployment; only function calls are."
+		}); e != nil {
 			return e
 		}
 		if e := toolCallFields.decodeAt(&calls[i], obj, p); e != nil {

@@ -36,13 +36,15 @@ func DecodeChatRequest(body []byte, modelID string) (*ChatRequest, *Error) {
 	if e := chatFields.decode(d, obj); e != nil {
 		return nil, e
 	}
+	d.Runtime.Messages = withVerbosity(d.Runtime.Messages, d.verbosity)
 	return &d.ChatRequest, nil
 }
 
 // chatDecoder is the state of one DecodeChatRequest call.
 type chatDecoder struct {
 	ChatRequest
-	modelID string // the only model the deployment serves
+	modelID   string // the only model the deployment serves
+	verbosity string
 }
 
 // chatFields is the one list of the top-level fields of a chat completion
@@ -119,7 +121,17 @@ var chatFields = newFields("",
 	optional("audio", unsupported[chatDecoder]),
 	optional("prediction", unsupported[chatDecoder]),
 	optional("reasoning_effort", (*chatDecoder).reasoningEffort),
+	optional("chat_template_kwargs", func(d *chatDecoder, raw json.RawMessage, param string) *Error {
+		return templateKwargs(&d.Runtime.Options, raw, param)
+	}),
+	optional("verbosity", func(d *chatDecoder, raw json.RawMessage, param string) (e *Error) {
+		d.verbosity, e = decodeVerbosity(raw, param)
+		return e
+	}),
 	optional("web_search_options", unsupported[chatDecoder]),
+	optional("moderation", noModeration[chatDecoder]),
+	optional("prompt_cache_retention", ignoredString[chatDecoder]),
+	optional("prompt_cache_options", ignoredObject[chatDecoder]),
 )
 
 // decodeModel decodes the model, which must be modelID, the only one the
@@ -191,12 +203,88 @@ func decodeEffort(raw json.RawMessage, param string) (effort, think string, e *E
 		think = llm.ThinkLow
 	case "medium":
 		think = llm.ThinkMedium
-	case "high":
+	case "high", "xhigh", "max":
+		// The most a runtime with levels offers.
 		think = llm.ThinkHigh
 	default:
-		return "", "", invalidValue(param, effort, "none", "minimal", "low", "medium", "high")
+		return "", "", invalidValue(param, effort, "none", "minimal", "low", "medium", "high", "xhigh", "max")
 	}
 	return effort, think, nil
+}
+
+// templateKwargs decodes chat_template_kwargs, the arguments vLLM hands a
+// model's chat template. The runtime renders the template itself and takes
+// no arguments for it; what it can take is whether the model thinks, which
+// the templates' own switches (enable_thinking, thinking, reasoning_effort)
+// say: they set Options.Think unless reasoning_effort (decoded first) did.
+// Any other argument is accepted and has no effect.
+func templateKwargs(o *llm.Options, raw json.RawMessage, param string) *Error {
+	obj, e := asObject(raw, param)
+	if e != nil {
+		return e
+	}
+	for _, key := range []string{"enable_thinking", "thinking"} {
+		v, ok := obj.get(key)
+		if !ok {
+			continue
+		}
+		on, e := asBool(v, param+"."+key)
+		if e != nil {
+			return e
+		}
+		if o.Think == "" {
+			o.Think = llm.ThinkNone
+			if on {
+				o.Think = llm.ThinkMedium
+			}
+		}
+	}
+	if v, ok := obj.get("reasoning_effort"); ok {
+		_, think, e := decodeEffort(v, param+".reasoning_effort")
+		if e != nil {
+			return e
+		}
+		if o.Think == "" {
+			o.Think = think
+		}
+	}
+	return nil
+}
+
+// decodeVerbosity decodes a verbosity: low, medium (the default) or high.
+func decodeVerbosity(raw json.RawMessage, param string) (string, *Error) {
+	v, e := asString(raw, param)
+	if e != nil {
+		return "", e
+	}
+	switch v {
+	case "low", "medium", "high":
+		return v, nil
+	}
+	return "", invalidValue(param, v, "low", "medium", "high")
+}
+
+// verbosityHints are the instructions a verbosity other than medium adds:
+// the runtime has no length setting short of a hard token limit, which
+// would cut answers rather than make them brief.
+var verbosityHints = map[string]string{
+	"low":  "Answer concisely: keep to what was asked, without detail that was not asked for.",
+	"high": "Answer thoroughly: explain in detail, with examples where they help.",
+}
+
+// withVerbosity adds the verbosity's instruction to msgs: to the system
+// message that opens them, or as one before them (a template may take
+// only one system message, and only first).
+func withVerbosity(msgs []llm.Message, verbosity string) []llm.Message {
+	hint, ok := verbosityHints[verbosity]
+	if !ok {
+		return msgs
+	}
+	if len(msgs) > 0 && msgs[0].Role == "system" {
+		msgs[0].Content += "\n\n" + hint
+		return msgs
+	}
+	return append([]llm.Message{{Role: "system", Content: hint}}, msgs...)
 }
 
 func (d *chatDecoder) streamOptions(raw json.RawMessage, param string) *Error {

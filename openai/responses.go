@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"encoding/base64"
+
 	"github.com/hearthd/hearth/internal/ids"
 	"github.com/hearthd/hearth/llm"
 )
@@ -29,6 +31,13 @@ type ResponseEncoder struct {
 	incomplete string // incomplete_details.reason
 	err        *Error
 	usage      *Usage
+
+	// sealer seals each reasoning item's thinking into its
+	// encrypted_content (include reasoning.encrypted_content), or nil.
+	sealer Sealer
+	// logprobs: the text's logprobs go with it (include
+	// message.output_text.logprobs).
+	logprobs bool
 }
 
 type itemKind uint8
@@ -46,6 +55,8 @@ type responseItem struct {
 	status string       // in_progress, completed, incomplete
 	text   []byte       // a message's or reasoning's text
 	call   llm.ToolCall // a function call; ID is its call_id
+	lps    []llm.TokenLogprob
+	sealed string // a reasoning's encrypted_content, once sealed
 }
 
 // NewResponseEncoder starts the response id, created at createdAt (Unix
@@ -57,7 +68,8 @@ func NewResponseEncoder(req *ResponsesRequest, id string, createdAt int64, strea
 	h = append(h, `,"object":"response","created_at":`...)
 	h = appendInt(h, createdAt)
 	h = append(h, ',')
-	return &ResponseEncoder{sse: stream, head: string(h), echo: req.echo, open: -1, status: "in_progress"}
+	return &ResponseEncoder{sse: stream, head: string(h), echo: req.echo, open: -1, status: "in_progress",
+		sealer: req.sealer, logprobs: req.logprobs}
 }
 
 // NewResponseID returns "resp_" followed by 40 random base62 characters.
@@ -77,20 +89,31 @@ func (r *ResponseEncoder) Begin(dst []byte) []byte {
 // Text adds a piece of the answer: a response.output_text.delta, after the
 // events that open a message item if none is open.
 func (r *ResponseEncoder) Text(dst []byte, s string) []byte {
-	return r.delta(dst, itemMessage, "response.output_text.delta", s)
+	return r.delta(dst, itemMessage, "response.output_text.delta", s, nil)
+}
+
+// TextLogprobs is Text with the logprobs of the piece's tokens, for a
+// request that asked for them (without, they are dropped).
+func (r *ResponseEncoder) TextLogprobs(dst []byte, s string, lp []llm.TokenLogprob) []byte {
+	return r.delta(dst, itemMessage, "response.output_text.delta", s, lp)
 }
 
 // Reasoning adds a piece of the model's thinking: a
 // response.reasoning_text.delta in a reasoning item.
 func (r *ResponseEncoder) Reasoning(dst []byte, s string) []byte {
-	return r.delta(dst, itemReasoning, "response.reasoning_text.delta", s)
+	return r.delta(dst, itemReasoning, "response.reasoning_text.delta", s, nil)
 }
 
-// delta adds s to the open item of kind k, opening one if needed.
-func (r *ResponseEncoder) delta(dst []byte, k itemKind, typ, s string) []byte {
+// delta adds s (with the logprobs lp of its tokens) to the open item of
+// kind k, opening one if needed.
+func (r *ResponseEncoder) delta(dst []byte, k itemKind, typ, s string, lp []llm.TokenLogprob) []byte {
 	dst = r.openItem(dst, k)
 	it := &r.items[r.open]
 	it.text = append(it.text, s...)
+	if !r.logprobs {
+		lp = nil
+	}
+	it.lps = append(it.lps, lp...)
 	if !r.sse {
 		return dst
 	}
@@ -99,7 +122,8 @@ func (r *ResponseEncoder) delta(dst []byte, k itemKind, typ, s string) []byte {
 	dst = append(dst, `,"content_index":0,"delta":`...)
 	dst = appendString(dst, s)
 	if k == itemMessage {
-		dst = append(dst, `,"logprobs":[]`...)
+		dst = append(dst, `,"logprobs":`...)
+		dst = appendLogprobList(dst, lp)
 	}
 	return append(dst, "}\n\n"...)
 }
@@ -327,7 +351,8 @@ func (r *ResponseEncoder) closeItem(dst []byte, status string) []byte {
 		dst = append(dst, `,"content_index":0,"text":`...)
 		dst = appendString(dst, it.text)
 		if it.kind == itemMessage {
-			dst = append(dst, `,"logprobs":[]`...)
+			dst = append(dst, `,"logprobs":`...)
+			dst = appendLogprobList(dst, it.lps)
 		}
 		dst = append(dst, "}\n\n"...)
 		dst = r.partEvent(dst, "response.content_part.done", false)
@@ -359,7 +384,15 @@ func (r *ResponseEncoder) appendItem(dst []byte, i int, fresh bool) []byte {
 		if !fresh {
 			dst = r.appendPart(dst, i, false)
 		}
-		return append(dst, "]}"...)
+		dst = append(dst, ']')
+		if r.sealer != nil && !fresh {
+			if it.sealed == "" {
+				it.sealed = base64.StdEncoding.EncodeToString(r.sealer.Seal(nil, it.text, reasoningAD))
+			}
+			dst = append(dst, `,"encrypted_content":`...)
+			dst = appendString(dst, it.sealed)
+		}
+		return append(dst, '}')
 	default:
 		dst = append(dst, `,"type":"function_call","status":`...)
 		dst = appendString(dst, it.status)
@@ -391,5 +424,10 @@ func (r *ResponseEncoder) appendPart(dst []byte, i int, fresh bool) []byte {
 	}
 	dst = append(dst, `{"type":"output_text","text":`...)
 	dst = appendString(dst, text)
-	return append(dst, `,"annotations":[],"logprobs":[]}`...)
+	dst = append(dst, `,"annotations":[],"logprobs":`...)
+	if fresh {
+		return append(dst, "[]}"...)
+	}
+	dst = appendLogprobList(dst, it.lps)
+	return append(dst, '}')
 }

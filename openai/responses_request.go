@@ -1,7 +1,10 @@
 package openai
 
 import (
+	"cmp"
+	"encoding/base64"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +17,15 @@ type ResponsesRequest struct {
 	Model   string
 	Stream  bool
 	Runtime llm.Request
+	// Truncate is truncation "auto": the oldest input items are dropped
+	// to fit the context (the caller knows it: TruncateInput).
+	Truncate bool
+	// sealer seals each reasoning item's thinking into its
+	// encrypted_content (include reasoning.encrypted_content); nil when
+	// not asked for.
+	sealer Sealer
+	// logprobs: include message.output_text.logprobs.
+	logprobs bool
 	// echo is the request's settings as every response object repeats
 	// them: JSON members, each followed by a comma. Encoded once here so
 	// that the events that carry the whole response do not re-encode them.
@@ -23,14 +35,17 @@ type ResponsesRequest struct {
 // DecodeResponsesRequest decodes and validates a Responses API request body
 // for a deployment serving modelID. The mapping is in the package comment.
 // The result shares no memory with body.
-func DecodeResponsesRequest(body []byte, modelID string) (*ResponsesRequest, *Error) {
+func DecodeResponsesRequest(body []byte, modelID string, sealer Sealer) (*ResponsesRequest, *Error) {
 	obj, e := decodeBody(body)
 	if e != nil {
 		return nil, e
 	}
-	d := &responsesDecoder{modelID: modelID, parallel: true}
+	d := &responsesDecoder{modelID: modelID, sealer: sealer, parallel: true}
 	if e := responsesFields.decode(d, obj); e != nil {
 		return nil, e
+	}
+	if d.context != "all_turns" {
+		currentTurnThinking(d.input)
 	}
 	// The instructions come first, whatever the order of the members.
 	if d.instructions != nil {
@@ -38,8 +53,46 @@ func DecodeResponsesRequest(body []byte, modelID string) (*ResponsesRequest, *Er
 	} else {
 		d.Runtime.Messages = d.input
 	}
+	d.Runtime.Messages = withVerbosity(d.Runtime.Messages, d.verbosity)
+	if d.maxToolCalls != nil {
+		if e := d.limitToolCalls(*d.maxToolCalls); e != nil {
+			return nil, e
+		}
+	}
 	d.echo = string(d.appendEcho(nil))
 	return &d.ResponsesRequest, nil
+}
+
+// currentTurnThinking drops the thinking of the assistant's messages
+// before the last user message (reasoning.context current_turn): a model
+// sees only the reasoning of the turn it is in, as reasoning models are
+// trained to.
+func currentTurnThinking(msgs []llm.Message) {
+	last := -1
+	for i, m := range msgs {
+		if m.Role == "user" {
+			last = i
+		}
+	}
+	for i := range last {
+		msgs[i].Thinking = ""
+	}
+}
+
+// limitToolCalls applies max_tool_calls: at most n tool calls come back
+// (later ones are dropped, as parallel_tool_calls false drops all but
+// the first); none offers the model no tools.
+func (d *responsesDecoder) limitToolCalls(n int) *Error {
+	if n > 0 {
+		d.Runtime.MaxToolCalls = fewerToolCalls(d.Runtime.MaxToolCalls, n)
+		return nil
+	}
+	if d.Runtime.ForceTool != "" {
+		return invalid("max_tool_calls", "invalid_value",
+			"max_tool_calls 0 allows no tool call, but tool_choice requires one.")
+	}
+	d.Runtime.Tools = nil
+	return nil
 }
 
 // responsesDecoder is the state of one DecodeResponsesRequest call: the
@@ -47,6 +100,7 @@ func DecodeResponsesRequest(body []byte, modelID string) (*ResponsesRequest, *Er
 type responsesDecoder struct {
 	ResponsesRequest
 	modelID string
+	sealer  Sealer
 
 	input        []llm.Message
 	instructions *string
@@ -59,6 +113,15 @@ type responsesDecoder struct {
 	effort       string
 	// Echoed back, else ignored.
 	user, safetyID, cacheKey *string
+	summary                  string // reasoning.summary
+	verbosity                string // text.verbosity
+	truncation               string
+	topLogprobs              int
+	maxToolCalls             *int
+	allowed                  json.RawMessage // tool_choice of type allowed_tools, as sent
+	// context is reasoning.context: which reasoning items of the input
+	// the model is shown.
+	context string
 }
 
 // textFormat is text.format as the response echoes it.
@@ -94,15 +157,33 @@ var responsesFields = newFields("",
 	optional("reasoning", func(d *responsesDecoder, raw json.RawMessage, param string) *Error {
 		return nested(d, raw, param, reasoningFields)
 	}),
+	optional("include", (*responsesDecoder).decodeInclude),
+	optional("top_logprobs", func(d *responsesDecoder, raw json.RawMessage, param string) *Error {
+		n, e := asInt(raw, param, 0, 20)
+		d.topLogprobs = int(n)
+		if d.logprobs {
+			d.Runtime.Options.TopLogprobs = d.topLogprobs
+		}
+		return e
+	}),
 
 	optional("tools", (*responsesDecoder).decodeTools),
 	optional("tool_choice", (*responsesDecoder).decodeToolChoice),
 	optional("parallel_tool_calls", func(d *responsesDecoder, raw json.RawMessage, param string) (e *Error) {
 		d.parallel, e = asBool(raw, param)
-		d.Runtime.OneToolCall = !d.parallel
+		if !d.parallel {
+			d.Runtime.MaxToolCalls = fewerToolCalls(d.Runtime.MaxToolCalls, 1)
+		}
 		return e
 	}),
-	optional("max_tool_calls", unsupported[responsesDecoder]),
+	optional("max_tool_calls", func(d *responsesDecoder, raw json.RawMessage, param string) *Error {
+		n, e := asInt(raw, param, 0, math.MaxInt32)
+		if e == nil {
+			m := int(n)
+			d.maxToolCalls = &m
+		}
+		return e
+	}),
 
 	optional("stream", set(asBool, func(d *responsesDecoder) *bool { return &d.Stream })),
 	optional("stream_options", func(d *responsesDecoder, raw json.RawMessage, param string) *Error {
@@ -118,22 +199,28 @@ var responsesFields = newFields("",
 	optional("safety_identifier", setPtr(asString, func(d *responsesDecoder) **string { return &d.safetyID })),
 	optional("prompt_cache_key", setPtr(asString, func(d *responsesDecoder) **string { return &d.cacheKey })),
 	optional("service_tier", defaultServiceTier[responsesDecoder]),
-	optional("truncation", onlyValue[responsesDecoder]("disabled")),
-	optional("top_logprobs", func(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
-		n, e := asInt(raw, param, 0, 20)
-		if e == nil && n > 0 {
-			return invalid(param, "unsupported_value", "top_logprobs is not supported on /responses by this deployment.")
+	optional("truncation", func(d *responsesDecoder, raw json.RawMessage, param string) *Error {
+		v, e := asString(raw, param)
+		if e != nil {
+			return e
 		}
-		return e
-	}),
-	optional("include", func(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
-		items, e := asArray(raw, param)
-		if e == nil && len(items) > 0 {
-			return invalid(param+"[0]", "unsupported_value",
-				"'include' is not supported by this deployment: there is no extra output to include.")
+		switch v {
+		case "auto":
+			d.Truncate = true
+		case "disabled":
+		default:
+			return invalidValue(param, v, "auto", "disabled")
 		}
-		return e
+		d.truncation = v
+		return nil
 	}),
+	optional("context_management", decodeContextManagement),
+	optional("moderation", noModeration[responsesDecoder]),
+	optional("prompt_cache_retention", ignoredString[responsesDecoder]),
+	optional("prompt_cache_options", ignoredObject[responsesDecoder]),
+	optional("access_programs", ignoredObject[responsesDecoder]),
+	optional("background_options", ignoredObject[responsesDecoder]),
+	optional("image", ignoredObject[responsesDecoder]),
 
 	// State kept between requests: this deployment keeps none.
 	optional("store", func(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
@@ -168,17 +255,93 @@ var reasoningFields = newFields("reasoning",
 		d.effort, d.Runtime.Options.Think, e = decodeEffort(raw, param)
 		return e
 	}),
+	// No summary is made: the thinking itself comes back, as reasoning
+	// text. The setting is echoed.
 	optional("summary", reasoningSummary),
 	optional("generate_summary", reasoningSummary),
+	optional("context", func(d *responsesDecoder, raw json.RawMessage, param string) (e *Error) {
+		d.context, e = asString(raw, param)
+		switch d.context {
+		case "auto", "current_turn", "all_turns":
+		default:
+			if e == nil {
+				e = invalidValue(param, d.context, "auto", "current_turn", "all_turns")
+			}
+		}
+		return e
+	}),
+	optional("mode", onlyValue[responsesDecoder]("standard")),
 )
 
-func reasoningSummary(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
-	if _, e := asString(raw, param); e != nil {
+func reasoningSummary(d *responsesDecoder, raw json.RawMessage, param string) *Error {
+	v, e := asString(raw, param)
+	if e != nil {
 		return e
 	}
-	return invalid(param, "unsupported_value",
-		"Reasoning summaries are not supported by this deployment; the thinking comes back as reasoning text. Omit '"+param+"'.")
+	switch v {
+	case "auto", "concise", "detailed":
+	default:
+		return invalidValue(param, v, "auto", "concise", "detailed")
+	}
+	d.summary = v
+	return nil
 }
+
+// includable are the values of include: the reasoning sealed and the
+// logprobs are given; the others are outputs of built-in tools or image
+// inputs, which this deployment never has, so there is nothing to add.
+var includable = []string{
+	"reasoning.encrypted_content", "message.output_text.logprobs",
+	"web_search_call.action.sources", "web_search_call.results", "code_interpreter_call.outputs",
+	"computer_call_output.output.image_url", "file_search_call.results", "message.input_image.image_url",
+}
+
+// decodeInclude decodes include: reasoning.encrypted_content seals each
+// reasoning item's thinking into its encrypted_content, which a later
+// request may send back in its input (OpenAI's stateless reasoning);
+// message.output_text.logprobs gives each output token's log probability,
+// with top_logprobs alternatives.
+func (d *responsesDecoder) decodeInclude(raw json.RawMessage, param string) *Error {
+	return eachString(raw, param, func(v, p string) *Error {
+		switch v {
+		case "reasoning.encrypted_content":
+			if d.sealer == nil {
+				return invalid(p, "unsupported_value", "Encrypted reasoning is not available on this deployment.")
+			}
+			d.ResponsesRequest.sealer = d.sealer
+		case "message.output_text.logprobs":
+			d.logprobs = true
+			d.Runtime.Options.Logprobs = true
+			d.Runtime.Options.TopLogprobs = d.topLogprobs
+		default:
+			if !slices.Contains(includable, v) {
+				return invalidValue(p, v, includable...)
+			}
+		}
+		return nil
+	})
+}
+
+// decodeContextManagement accepts context_management entries (server-side
+// compaction) and does nothing with them: a request carries its whole
+// conversation, which truncation "auto" fits to the context.
+func decodeContextManagement(_ *responsesDecoder, raw json.RawMessage, param string) *Error {
+	return eachElement(raw, param, func(it json.RawMessage, p string) *Error {
+		obj, e := asObject(it, p)
+		if e != nil {
+			return e
+		}
+		return contextManagementFields.decodeAt(&struct{}{}, obj, p)
+	})
+}
+
+var contextManagementFields = newFields("",
+	required("type", set(asString, func(*struct{}) *string { return new(string) })),
+	optional("compact_threshold", func(_ *struct{}, raw json.RawMessage, param string) *Error {
+		_, e := asInt(raw, param, 0, math.MaxInt64)
+		return e
+	}),
+)
 
 // decodeInput decodes input: a string (one user message) or a non-empty
 // array of items.
@@ -195,7 +358,7 @@ func (d *responsesDecoder) decodeInput(raw json.RawMessage, param string) *Error
 		return invalid(param, "empty_array", "Invalid '"+param+
 			"': empty array. Expected an array with minimum length 1, but got an empty array instead.")
 	}
-	in := &inputDecoder{msgs: make([]llm.Message, 0, len(items))}
+	in := &inputDecoder{msgs: make([]llm.Message, 0, len(items)), sealer: d.sealer}
 	for i, it := range items {
 		if e := in.item(it, param+"["+strconv.Itoa(i)+"]"); e != nil {
 			return e
@@ -212,6 +375,22 @@ type inputDecoder struct {
 	// toolNames maps the call IDs of earlier function calls to their
 	// names, to name the tool a function_call_output answers.
 	toolNames map[string]string
+	sealer    Sealer
+	// thinking is the reasoning of the assistant output that follows:
+	// reasoning items come before the message or calls they led to.
+	thinking strings.Builder
+}
+
+// assistant returns the assistant message the next output item joins:
+// the last message if it is the assistant's and no reasoning came since,
+// else a new one, which takes the reasoning.
+func (in *inputDecoder) assistant() *llm.Message {
+	if n := len(in.msgs); n > 0 && in.msgs[n-1].Role == "assistant" && in.thinking.Len() == 0 {
+		return &in.msgs[n-1]
+	}
+	in.msgs = append(in.msgs, llm.Message{Role: "assistant", Thinking: in.thinking.String()})
+	in.thinking.Reset()
+	return &in.msgs[len(in.msgs)-1]
 }
 
 // inputItem is the item being decoded.
@@ -219,6 +398,7 @@ type inputItem struct {
 	msg    llm.Message
 	call   llm.ToolCall
 	callID string
+	sealed bool // a reasoning item's thinking came sealed
 }
 
 // Input item types that are another API's built-in tools or need stored
@@ -251,7 +431,16 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		if e := messageItemFields.decodeAt(in, obj, param); e != nil {
 			return e
 		}
-		in.msgs = append(in.msgs, in.cur.msg)
+		if in.cur.msg.Role == "assistant" {
+			m := in.cur.msg
+			if in.thinking.Len() > 0 {
+				m.Thinking = in.thinking.String()
+				in.thinking.Reset()
+			}
+			in.msgs = append(in.msgs, m)
+		} else {
+			in.msgs = append(in.msgs, in.cur.msg)
+		}
 	case "function_call":
 		if e := functionCallItemFields.decodeAt(in, obj, param); e != nil {
 			return e
@@ -263,11 +452,8 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		in.toolNames[c.ID] = c.Name
 		// Calls that follow an assistant turn belong to it, as the
 		// tool_calls of one chat message.
-		if n := len(in.msgs); n > 0 && in.msgs[n-1].Role == "assistant" {
-			in.msgs[n-1].ToolCalls = append(in.msgs[n-1].ToolCalls, c)
-		} else {
-			in.msgs = append(in.msgs, llm.Message{Role: "assistant", ToolCalls: []llm.ToolCall{c}})
-		}
+		m := in.assistant()
+		m.ToolCalls = append(m.ToolCalls, c)
 	case "function_call_output":
 		if e := functionCallOutputItemFields.decodeAt(in, obj, param); e != nil {
 			return e
@@ -286,7 +472,8 @@ func (in *inputDecoder) item(raw json.RawMessage, param string) *Error {
 		in.msgs = append(in.msgs, in.cur.msg)
 	case "reasoning":
 		// An earlier answer's thinking, sent back as SDKs do with a whole
-		// output: accepted and dropped, as chat drops reasoning_content.
+		// output: the model is shown it again with the output it led to
+		// (as the runtime's thinking of that assistant message).
 		return reasoningItemFields.decodeAt(in, obj, param)
 	default:
 		if slices.Contains(builtinItemTypes, typ) {
@@ -327,15 +514,24 @@ var (
 		optional("status", ignoredString[inputDecoder]),
 		optional("phase", ignoredString[inputDecoder]),
 	)
-	functionCallItemFields = newFields("",
+	// What a function call item carries besides its call: its ID and
+	// status as output, and, for tools this deployment does not have
+	// (namespaces, programmatic callers, asynchronous calls), where it
+	// came from: accepted and ignored.
+	callExtras = []field[inputDecoder]{
+		optional("id", ignoredString[inputDecoder]),
+		optional("status", ignoredString[inputDecoder]),
+		optional("namespace", ignoredString[inputDecoder]),
+		optional("caller", ignoredObject[inputDecoder]),
+	}
+	functionCallItemFields = newFields("", slices.Concat([]field[inputDecoder]{
 		known[inputDecoder]("type"),
 		required("call_id", set(asString, func(in *inputDecoder) *string { return &in.cur.call.ID })),
 		required("name", set(asString, func(in *inputDecoder) *string { return &in.cur.call.Name })),
 		required("arguments", set(decodeArguments, func(in *inputDecoder) *json.RawMessage { return &in.cur.call.Arguments })),
-		optional("id", ignoredString[inputDecoder]),
-		optional("status", ignoredString[inputDecoder]),
-	)
-	functionCallOutputItemFields = newFields("",
+		optional("async", acceptedBool[inputDecoder]),
+	}, callExtras)...)
+	functionCallOutputItemFields = newFields("", slices.Concat([]field[inputDecoder]{
 		known[inputDecoder]("type"),
 		required("call_id", set(asString, func(in *inputDecoder) *string { return &in.cur.callID })),
 		required("output", func(in *inputDecoder, raw json.RawMessage, param string) (e *Error) {
@@ -344,18 +540,108 @@ var (
 		}),
 		// The function's name, which newer clients send along.
 		optional("name", set(asString, func(in *inputDecoder) *string { return &in.cur.msg.ToolName })),
-		optional("id", ignoredString[inputDecoder]),
-		optional("status", ignoredString[inputDecoder]),
-	)
+	}, callExtras)...)
 	reasoningItemFields = newFields("",
 		known[inputDecoder]("type"),
-		known[inputDecoder]("id"),
-		known[inputDecoder]("summary"),
-		known[inputDecoder]("content"),
-		known[inputDecoder]("encrypted_content"),
-		known[inputDecoder]("status"),
+		optional("id", ignoredString[inputDecoder]),
+		optional("status", ignoredString[inputDecoder]),
+		// A summary is the model's own account of its thinking, which
+		// the thinking itself (content, or sealed) stands for.
+		optional("summary", func(_ *inputDecoder, raw json.RawMessage, param string) *Error {
+			_, e := decodeReasoningText(raw, param, "summary_text")
+			return e
+		}),
+		// Decoded before content: the sealed thinking is the node's own
+		// and takes the place of the plain one.
+		optional("encrypted_content", (*inputDecoder).encryptedContent),
+		optional("content", func(in *inputDecoder, raw json.RawMessage, param string) *Error {
+			text, e := decodeReasoningText(raw, param, "reasoning_text")
+			if e == nil && !in.cur.sealed {
+				in.addThinking(text)
+			}
+			return e
+		}),
 	)
 )
+
+// reasoningAD binds a sealed reasoning to its use: a value sealed by the
+// node for anything else does not open as one.
+var reasoningAD = []byte("hearth responses reasoning v1")
+
+// encryptedContent opens a reasoning item's sealed thinking, which this
+// node made (include reasoning.encrypted_content).
+func (in *inputDecoder) encryptedContent(raw json.RawMessage, param string) *Error {
+	s, e := asString(raw, param)
+	if e != nil {
+		return e
+	}
+	sealed, err := base64.StdEncoding.DecodeString(s)
+	var text []byte
+	if err == nil && in.sealer != nil {
+		text, err = in.sealer.Open(nil, sealed, reasoningAD)
+	}
+	if err != nil || in.sealer == nil {
+		return invalid(param, "invalid_encrypted_content", "The encrypted content of this reasoning item could not be verified: "+
+			"it was not made by this deployment, or the deployment was reset since. Send the item without it, or leave the item out.")
+	}
+	in.addThinking(string(text))
+	in.cur.sealed = true
+	return nil
+}
+
+func (in *inputDecoder) addThinking(s string) {
+	if s == "" {
+		return
+	}
+	if in.thinking.Len() > 0 {
+		in.thinking.WriteByte('\n')
+	}
+	in.thinking.WriteString(s)
+}
+
+// decodeReasoningText decodes a reasoning item's summary or content: an
+// array of parts of type typ, their texts joined by line breaks.
+func decodeReasoningText(raw json.RawMessage, param, typ string) (string, *Error) {
+	items, e := asArray(raw, param)
+	if e != nil {
+		return "", e
+	}
+	var sb strings.Builder
+	for i, it := range items {
+		p := param + "[" + strconv.Itoa(i) + "]"
+		part, e := asObject(it, p)
+		if e != nil {
+			return "", e
+		}
+		got, e := requiredString(part, "type", p+".type")
+		if e != nil {
+			return "", e
+		}
+		if got != typ {
+			return "", invalidValue(p+".type", got, typ)
+		}
+		if k, ok := firstUnknownOf(part, "type", "text"); ok {
+			return "", unknownField(p + "." + k)
+		}
+		text, e := requiredString(part, "text", p+".text")
+		if e != nil {
+			return "", e
+		}
+		if sb.Len() > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(text)
+	}
+	return sb.String(), nil
+}
+
+// fewerToolCalls is the tighter of two limits on tool calls, 0 being none.
+func fewerToolCalls(cur, n int) int {
+	if cur == 0 || n < cur {
+		return n
+	}
+	return cur
+}
 
 // decodeInputContent decodes the content of an input message or a
 // function call's output: a string, or an array of text parts
@@ -365,6 +651,8 @@ func decodeInputContent(raw json.RawMessage, param string, assistant bool) (stri
 	return decodeTextParts(raw, param, func(typ, p string) (string, []string, *Error) {
 		switch typ {
 		case "input_text":
+			// A caching hint: the runtime caches the prompt's prefix itself.
+			return "text", []string{"prompt_cache_breakpoint"}, nil
 		case "output_text":
 			// Sent back from an earlier output, with its annotations.
 			return "text", []string{"annotations", "logprobs"}, nil
@@ -379,13 +667,15 @@ func decodeInputContent(raw json.RawMessage, param string, assistant bool) (stri
 		default:
 			return "", nil, invalidValue(p, typ, "input_text", "output_text")
 		}
-		return "text", nil, nil
 	})
 }
 
 var textFields = newFields("text",
 	optional("format", (*responsesDecoder).textFormat),
-	optional("verbosity", onlyValue[responsesDecoder]("medium")),
+	optional("verbosity", func(d *responsesDecoder, raw json.RawMessage, param string) (e *Error) {
+		d.verbosity, e = decodeVerbosity(raw, param)
+		return e
+	}),
 )
 
 // textFormat decodes text.format, whose allowed keys depend on its type,
@@ -436,7 +726,9 @@ var textFormatSchemaFields = newFields("text.format",
 // decodeTools decodes tools: function tools only, in the Responses API's
 // flat shape; a built-in tool is refused naming its type.
 func (d *responsesDecoder) decodeTools(raw json.RawMessage, param string) (e *Error) {
-	d.tools, e = decodeToolList(raw, param, responsesToolFields, func(t *responsesTool) *llm.Tool { return &t.Tool }, "name")
+	d.tools, e = decodeToolList(raw, param, responsesToolFields, func(t *responsesTool) *llm.Tool { return &t.Tool }, "name", func(typ string) string {
+		return "Tools of type '" + clip(typ) + "' are not supported by this deployment: it runs no built-in tools. Use tools of type 'function'."
+	})
 	if e != nil {
 		return e
 	}
@@ -452,20 +744,25 @@ func (d *responsesDecoder) decodeTools(raw json.RawMessage, param string) (e *Er
 }
 
 var responsesToolFields = newFields("",
-	required("type", func(_ *responsesTool, raw json.RawMessage, param string) *Error {
-		typ, e := asString(raw, param)
-		if e != nil || typ == "function" {
-			return e
-		}
-		return invalid(param, "unsupported_value", "Tools of type '"+clip(typ)+
-			"' are not supported by this deployment: it runs no built-in tools. Use tools of type 'function'.")
-	}),
+	required("type", onlyFunctionType[responsesTool]), // other types: decodeToolList
 	required("name", func(t *responsesTool, raw json.RawMessage, param string) *Error {
 		return toolName(&t.Tool, raw, param)
 	}),
 	optional("description", set(asString, func(t *responsesTool) *string { return &t.Description })),
 	optional("parameters", set(rawObject, func(t *responsesTool) *json.RawMessage { return &t.Parameters })),
 	optional("strict", setPtr(asBool, func(t *responsesTool) **bool { return &t.strict })),
+	// For tool search, programmatic calling and asynchronous calls, which
+	// this deployment does not have: every tool is offered at once and
+	// called directly, and its output is what the client sends back.
+	optional("defer_loading", acceptedBool[responsesTool]),
+	optional("allowed_callers", func(_ *responsesTool, raw json.RawMessage, param string) *Error {
+		return eachString(raw, param, func(string, string) *Error { return nil })
+	}),
+	optional("async", acceptedBool[responsesTool]),
+	optional("output_schema", func(_ *responsesTool, raw json.RawMessage, param string) *Error {
+		_, e := rawObject(raw, param)
+		return e
+	}),
 )
 
 // decodeToolChoice decodes tool_choice into Runtime.ForceTool: "auto" is
@@ -497,6 +794,9 @@ func (d *responsesDecoder) decodeToolChoice(raw json.RawMessage, param string) *
 	if e != nil {
 		return e
 	}
+	if typ == "allowed_tools" {
+		return d.allowedTools(obj, raw, param)
+	}
 	if typ != "function" {
 		return invalid(param+".type", "unsupported_value", "tool_choice of type '"+clip(typ)+
 			"' is not supported by this deployment; use 'auto', 'none', 'required' or {\"type\":\"function\",\"name\":…}.")
@@ -512,6 +812,41 @@ func (d *responsesDecoder) decodeToolChoice(raw json.RawMessage, param string) *
 		return invalid(param+".name", "invalid_value", "tool_choice names '"+clip(name)+"', which is not a function in 'tools'.")
 	}
 	d.toolChoice, d.namedChoice, d.Runtime.ForceTool = name, true, name
+	return nil
+}
+
+// allowedTools decodes {"type":"allowed_tools","mode":…,"tools":[{"type":
+// "function","name":…}]}: the model may call only those of tools this
+// time, and must call one in mode required.
+func (d *responsesDecoder) allowedTools(obj object, raw json.RawMessage, param string) *Error {
+	if k, ok := firstUnknownOf(obj, "type", "mode", "tools"); ok {
+		return unknownField(param + "." + k)
+	}
+	var a allowedTools
+	var e *Error
+	if a.mode, e = requiredString(obj, "mode", param+".mode"); e != nil {
+		return e
+	}
+	tools, ok := obj.get("tools")
+	if !ok {
+		return missing(param + ".tools")
+	}
+	e = a.decodeTools(tools, param+".tools", func(t object, p string) (string, *Error) {
+		if e := refuseType(t, p, "function", notFunctionChoice); e != nil {
+			return "", e
+		}
+		if k, ok := firstUnknownOf(t, "type", "name"); ok {
+			return "", unknownField(p + "." + k)
+		}
+		return requiredString(t, "name", p+".name")
+	})
+	if e != nil {
+		return e
+	}
+	if e := a.apply(&d.Runtime, param); e != nil {
+		return e
+	}
+	d.allowed = raw
 	return nil
 }
 
@@ -563,18 +898,30 @@ func (d *responsesDecoder) appendEcho(dst []byte) []byte {
 	} else {
 		dst = append(dst, "null"...)
 	}
+	dst = append(dst, `,"max_tool_calls":`...)
+	if m := d.maxToolCalls; m != nil {
+		dst = appendInt(dst, int64(*m))
+	} else {
+		dst = append(dst, "null"...)
+	}
 	dst = append(dst, `,"model":`...)
 	dst = appendString(dst, d.Model)
 	dst = append(dst, `,"parallel_tool_calls":`...)
 	dst = strconv.AppendBool(dst, d.parallel)
 	dst = append(dst, `,"previous_response_id":null,"reasoning":{"effort":`...)
 	dst = appendStringOrNull(dst, d.effort)
-	dst = append(dst, `,"summary":null},"store":false,"temperature":`...)
+	dst = append(dst, `,"summary":`...)
+	dst = appendStringOrNull(dst, d.summary)
+	dst = append(dst, `},"store":false,"temperature":`...)
 	dst = appendFloatPtr(dst, d.Runtime.Options.Temperature)
 	dst = append(dst, `,"text":{"format":`...)
 	dst = d.format.appendJSON(dst)
-	dst = append(dst, `,"verbosity":"medium"},"tool_choice":`...)
+	dst = append(dst, `,"verbosity":`...)
+	dst = appendString(dst, cmp.Or(d.verbosity, "medium"))
+	dst = append(dst, `},"tool_choice":`...)
 	switch {
+	case d.allowed != nil:
+		dst = appendCompact(dst, d.allowed)
 	case d.namedChoice:
 		dst = append(dst, `{"type":"function","name":`...)
 		dst = appendString(dst, d.toolChoice)
@@ -591,9 +938,13 @@ func (d *responsesDecoder) appendEcho(dst []byte) []byte {
 		}
 		dst = d.tools[i].appendJSON(dst)
 	}
-	dst = append(dst, `],"top_p":`...)
+	dst = append(dst, `],"top_logprobs":`...)
+	dst = appendInt(dst, int64(d.topLogprobs))
+	dst = append(dst, `,"top_p":`...)
 	dst = appendFloatPtr(dst, d.Runtime.Options.TopP)
-	dst = append(dst, `,"truncation":"disabled","user":`...)
+	dst = append(dst, `,"truncation":`...)
+	dst = appendString(dst, cmp.Or(d.truncation, "disabled"))
+	dst = append(dst, `,"user":`...)
 	dst = appendStringPtr(dst, d.user)
 	dst = append(dst, `,"safety_identifier":`...)
 	dst = appendStringPtr(dst, d.safetyID)
@@ -661,4 +1012,12 @@ func appendFloatPtr(dst []byte, f *float64) []byte {
 		return append(dst, "null"...)
 	}
 	return strconv.AppendFloat(dst, *f, 'g', -1, 64)
+}
+
+// Sealer seals what a response hands a client only to get it back (the
+// reasoning of a reasoning item, in its encrypted_content) and opens it
+// when it comes back: an AEAD under a key of the node's (internal/sealbox).
+type Sealer interface {
+	Seal(dst, plaintext, ad []byte) []byte
+	Open(dst, sealed, ad []byte) ([]byte, error)
 }

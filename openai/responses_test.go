@@ -2,15 +2,18 @@ package openai
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/hearthd/hearth/internal/sealbox"
 	"github.com/hearthd/hearth/llm"
 )
 
@@ -44,7 +47,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, Tools: []llm.Tool{
 				{Name: "get_weather", Description: "W.", Parameters: json.RawMessage(`{"type":"object"}`)},
 				{Name: "now", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
-			}, ForceTool: llm.ToolAny, OneToolCall: true}},
+			}, ForceTool: llm.ToolAny, MaxToolCalls: 1}},
 		{"named tool", rbody(`,"tools":[{"type":"function","name":"now"}],"tool_choice":{"type":"function","name":"now"}`),
 			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, Tools: []llm.Tool{
 				{Name: "now", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}, ForceTool: "now"}},
@@ -67,7 +70,7 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				{Role: "system", Content: "sys"},
 				{Role: "system", Content: "be brief"},
 				{Role: "user", Content: "what's up?"},
-				{Role: "assistant", Content: "Let me see.", ToolCalls: []llm.ToolCall{
+				{Role: "assistant", Content: "Let me see.", Thinking: "hmm", ToolCalls: []llm.ToolCall{
 					{ID: "call_1", Name: "get_weather", Arguments: json.RawMessage(`{"city":"Oslo"}`)},
 					{ID: "call_2", Name: "now", Arguments: json.RawMessage(`{}`)},
 				}},
@@ -76,10 +79,54 @@ func TestDecodeResponsesRequestMapping(t *testing.T) {
 				{Role: "tool", Content: "!", ToolName: "now"},
 				{Role: "assistant", ToolCalls: []llm.ToolCall{{ID: "call_3", Name: "now", Arguments: json.RawMessage(`{}`)}}},
 			}}},
+		{"fields accepted and ignored", rbody(`,"reasoning":{"summary":"auto","generate_summary":"concise","context":"auto","mode":"standard"},` +
+			`"prompt_cache_retention":"24h","prompt_cache_options":{"ttl":"30m"},"access_programs":{"cyber":"standard"},` +
+			`"context_management":[{"type":"compaction","compact_threshold":1000}],"service_tier":"default",` +
+			`"include":["web_search_call.action.sources","file_search_call.results"],"top_logprobs":3,` +
+			`"tools":[{"type":"function","name":"f","defer_loading":true,"allowed_callers":["direct"],"async":false,"output_schema":{"type":"string"}}]`),
+			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, Tools: []llm.Tool{
+				{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}},
+		{"logprobs, verbosity, max_tool_calls", rbody(`,"instructions":"sys","include":["message.output_text.logprobs"],"top_logprobs":3,` +
+			`"text":{"verbosity":"low"},"max_tool_calls":2,"tools":[{"type":"function","name":"f"}]`),
+			llm.Request{Messages: []llm.Message{{Role: "system", Content: "sys\n\n" + verbosityHints["low"]}, {Role: "user", Content: "hi"}},
+				Options: llm.Options{Logprobs: true, TopLogprobs: 3}, MaxToolCalls: 2,
+				Tools: []llm.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}},
+		{"verbosity high without instructions", rbody(`,"text":{"verbosity":"high"}`),
+			llm.Request{Messages: []llm.Message{{Role: "system", Content: verbosityHints["high"]}, {Role: "user", Content: "hi"}}}},
+		{"max_tool_calls 0 offers no tools", rbody(`,"max_tool_calls":0,"parallel_tool_calls":false,"tools":[{"type":"function","name":"f"}]`),
+			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, MaxToolCalls: 1}},
+		{"max_tool_calls tighter than parallel_tool_calls", rbody(`,"max_tool_calls":3,"parallel_tool_calls":false,"tools":[{"type":"function","name":"f"}]`),
+			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, MaxToolCalls: 1,
+				Tools: []llm.Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}},
+		{"allowed tools", rbody(`,"tools":[{"type":"function","name":"f"},{"type":"function","name":"g"}],` +
+			`"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"g"}]}`),
+			llm.Request{Messages: []llm.Message{{Role: "user", Content: "hi"}}, ForceTool: llm.ToolAny,
+				Tools: []llm.Tool{{Name: "g", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}}}},
+		{"reasoning of earlier turns dropped", `{"model":"` + testModel + `","input":[
+				{"role":"user","content":"a"},
+				{"type":"reasoning","id":"rs_1","summary":[{"type":"summary_text","text":"s"}],"content":[{"type":"reasoning_text","text":"t1"}]},
+				{"role":"assistant","content":"b"},
+				{"role":"user","content":"c"},
+				{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"t2"},{"type":"reasoning_text","text":"t3"}]},
+				{"type":"function_call","call_id":"x","name":"f","arguments":"{}","namespace":"ns","caller":{"type":"direct"},"async":false},
+				{"type":"function_call_output","call_id":"x","output":"o","namespace":"ns","caller":{"type":"direct"}}]}`,
+			llm.Request{Messages: []llm.Message{
+				{Role: "user", Content: "a"}, {Role: "assistant", Content: "b"}, {Role: "user", Content: "c"},
+				{Role: "assistant", Thinking: "t2\nt3", ToolCalls: []llm.ToolCall{{ID: "x", Name: "f", Arguments: json.RawMessage(`{}`)}}},
+				{Role: "tool", Content: "o", ToolName: "f"},
+			}}},
+		{"reasoning of all turns", `{"model":"` + testModel + `","reasoning":{"context":"all_turns"},"input":[
+				{"role":"user","content":"a"},
+				{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"t1"}]},
+				{"role":"assistant","content":"b"},
+				{"role":"user","content":"c"}]}`,
+			llm.Request{Messages: []llm.Message{
+				{Role: "user", Content: "a"}, {Role: "assistant", Content: "b", Thinking: "t1"}, {Role: "user", Content: "c"},
+			}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, e := DecodeResponsesRequest([]byte(tt.body), testModel)
+			got, e := DecodeResponsesRequest([]byte(tt.body), testModel, sealbox.Ephemeral())
 			if e != nil {
 				t.Fatalf("unexpected error: %v", e)
 			}
@@ -110,22 +157,38 @@ func TestDecodeResponsesRequestRefusals(t *testing.T) {
 		{rbody(`,"conversation":"conv_1"`), "conversation", "unsupported_parameter"},
 		{rbody(`,"prompt":{"id":"p"}`), "prompt", "unsupported_parameter"},
 		{rbody(`,"background":true`), "background", "unsupported_value"},
-		{rbody(`,"include":["reasoning.encrypted_content"]`), "include[0]", "unsupported_value"},
-		{rbody(`,"truncation":"auto"`), "truncation", "unsupported_value"},
-		{rbody(`,"top_logprobs":2`), "top_logprobs", "unsupported_value"},
-		{rbody(`,"max_tool_calls":2`), "max_tool_calls", "unsupported_parameter"},
+		{rbody(`,"include":["reasoning.everything"]`), "include[0]", "invalid_value"},
+		{rbody(`,"truncation":"sometimes"`), "truncation", "invalid_value"},
+		{rbody(`,"top_logprobs":21`), "top_logprobs", "integer_above_max_value"},
+		{rbody(`,"max_tool_calls":-1`), "max_tool_calls", "integer_below_min_value"},
+		{rbody(`,"max_tool_calls":0,"tools":[{"type":"function","name":"f"}],"tool_choice":"required"`), "max_tool_calls", "invalid_value"},
+		{rbody(`,"moderation":{"model":"omni-moderation-latest"}`), "moderation", "unsupported_parameter"},
+		{rbody(`,"reasoning":{"mode":"pro"}`), "reasoning.mode", "unsupported_value"},
+		{rbody(`,"reasoning":{"context":"forever"}`), "reasoning.context", "invalid_value"},
+		{rbody(`,"context_management":[{"compact_threshold":1}]`), "context_management[0].type", "missing_required_parameter"},
+		{rbody(`,"tools":[{"type":"namespace","name":"n","tools":[]}]`), "tools[0].type", "unsupported_value"},
+		{rbody(`,"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"g"}]}`),
+			"tool_choice.tools", "invalid_value"},
+		{rbody(`,"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"mcp","server_label":"s"}]}`),
+			"tool_choice.tools[0].type", "unsupported_value"},
+		{`{"model":"` + testModel + `","input":[{"type":"reasoning","summary":[],"encrypted_content":"AAAA"}]}`,
+			"input[0].encrypted_content", "invalid_encrypted_content"},
+		{`{"model":"` + testModel + `","input":[{"type":"reasoning","summary":[],"encrypted_content":"not base64!"}]}`,
+			"input[0].encrypted_content", "invalid_encrypted_content"},
+		{`{"model":"` + testModel + `","input":[{"type":"reasoning","summary":[],"content":[{"type":"summary_text","text":"x"}]}]}`,
+			"input[0].content[0].type", "invalid_value"},
 		{rbody(`,"max_output_tokens":0`), "max_output_tokens", "integer_below_min_value"},
 		{rbody(`,"temperature":3`), "temperature", "decimal_above_max_value"},
 		{rbody(`,"instructions":1`), "instructions", "invalid_type"},
 		{rbody(`,"stream_options":{}`), "stream_options", "invalid_value"},
 		{rbody(`,"stream":true,"stream_options":{"include_obfuscation":true}`), "stream_options.include_obfuscation", "unsupported_value"},
-		{rbody(`,"reasoning":{"effort":"max"}`), "reasoning.effort", "invalid_value"},
-		{rbody(`,"reasoning":{"summary":"auto"}`), "reasoning.summary", "unsupported_value"},
+		{rbody(`,"reasoning":{"effort":"maximal"}`), "reasoning.effort", "invalid_value"},
+		{rbody(`,"reasoning":{"summary":"brief"}`), "reasoning.summary", "invalid_value"},
 		{rbody(`,"text":{"format":{"type":"xml"}}`), "text.format.type", "invalid_value"},
 		{rbody(`,"text":{"format":{"type":"json_schema","schema":{}}}`), "text.format.name", "missing_required_parameter"},
 		{rbody(`,"text":{"format":{"type":"json_schema","name":"x"}}`), "text.format.schema", "missing_required_parameter"},
 		{rbody(`,"text":{"format":{"type":"text","x":1}}`), "text.format.x", "unknown_parameter"},
-		{rbody(`,"text":{"verbosity":"low"}`), "text.verbosity", "unsupported_value"},
+		{rbody(`,"text":{"verbosity":"loud"}`), "text.verbosity", "invalid_value"},
 		{rbody(`,"metadata":{"a":1}`), "metadata.a", "invalid_type"},
 		{rbody(`,"metadata":{"a":"` + strings.Repeat("x", 513) + `"}`), "metadata.a", "string_above_max_length"},
 		{rbody(`,"metadata":{` + strings.Repeat(`"k":"v",`, 0) + manyPairs(17) + `}`), "metadata", "object_above_max_properties"},
@@ -169,7 +232,7 @@ func TestDecodeResponsesRequestRefusals(t *testing.T) {
 		{`{"model":"` + testModel + `","input":[{"type":"reasoning","id":"r","foo":1}]}`, "input[0].foo", "unknown_parameter"},
 	}
 	for _, tt := range tests {
-		_, e := DecodeResponsesRequest([]byte(tt.body), testModel)
+		_, e := DecodeResponsesRequest([]byte(tt.body), testModel, sealbox.Ephemeral())
 		if e == nil {
 			t.Errorf("%s: accepted", tt.body)
 			continue
@@ -196,9 +259,13 @@ func manyPairs(n int) string {
 func TestEveryResponsesFieldIsDecoded(t *testing.T) {
 	for _, name := range responsesFields.names() {
 		key, _ := json.Marshal(name)
-		_, e := DecodeResponsesRequest([]byte(`{"model":"`+testModel+`","input":"hi",`+string(key)+`:{"x":[1]}}`), testModel)
+		v := `{"x":[1]}`
+		if slices.Contains([]string{"prompt_cache_options", "access_programs", "background_options", "image"}, name) { // any object
+			v = `[1]`
+		}
+		_, e := DecodeResponsesRequest([]byte(`{"model":"`+testModel+`","input":"hi",`+string(key)+`:`+v+`}`), testModel, sealbox.Ephemeral())
 		if name == "model" || name == "input" {
-			_, e = DecodeResponsesRequest([]byte(`{"model":1,"input":1}`), testModel)
+			_, e = DecodeResponsesRequest([]byte(`{"model":1,"input":1}`), testModel, sealbox.Ephemeral())
 		}
 		// An unknown key inside the field's object is about the field too.
 		if e == nil || e.Param == "" || !strings.HasPrefix(e.Param, name) && name != "input" || e.Param == "x" {
@@ -212,23 +279,102 @@ func TestResponsesEcho(t *testing.T) {
 	req, e := DecodeResponsesRequest([]byte(rbody(`,"instructions":"be\nbrief","max_output_tokens":16,"temperature":0.5,`+
 		`"tools":[{"type":"function","name":"f","parameters":{ "type" : "object" },"strict":false}],"tool_choice":{"type":"function","name":"f"},`+
 		`"parallel_tool_calls":false,"metadata":{"z":"1","a":"2"},"reasoning":{"effort":"high"},`+
-		`"text":{"format":{"type":"json_schema","name":"s","description":"d","schema":{"type":"object"},"strict":true}}`)), testModel)
+		`"text":{"format":{"type":"json_schema","name":"s","description":"d","schema":{"type":"object"},"strict":true}}`)), testModel, sealbox.Ephemeral())
 	if e != nil {
 		t.Fatal(e)
 	}
-	want := `"instructions":"be\nbrief","max_output_tokens":16,"model":"` + testModel + `","parallel_tool_calls":false,` +
+	want := `"instructions":"be\nbrief","max_output_tokens":16,"max_tool_calls":null,"model":"` + testModel + `","parallel_tool_calls":false,` +
 		`"previous_response_id":null,"reasoning":{"effort":"high","summary":null},"store":false,"temperature":0.5,` +
 		`"text":{"format":{"type":"json_schema","name":"s","description":"d","schema":{"type":"object"},"strict":true},"verbosity":"medium"},` +
 		`"tool_choice":{"type":"function","name":"f"},` +
 		`"tools":[{"type":"function","name":"f","description":null,"parameters":{"type":"object"},"strict":false}],` +
-		`"top_p":null,"truncation":"disabled","user":null,"safety_identifier":null,"prompt_cache_key":null,"metadata":{"a":"2","z":"1"},`
+		`"top_logprobs":0,"top_p":null,"truncation":"disabled","user":null,"safety_identifier":null,"prompt_cache_key":null,"metadata":{"a":"2","z":"1"},`
 	if req.echo != want {
 		t.Fatalf("echo\n got  %s\n want %s", req.echo, want)
 	}
 }
 
-// idPattern matches the random IDs of a response, replaced in golden files.
-var idPattern = regexp.MustCompile(`"(resp|msg|fc|rs|call)_[0-9A-Za-z]{20,}"`)
+// idPattern matches the random IDs of a response, replaced in golden files,
+// and sealedPattern a reasoning item's sealed thinking (a random nonce).
+var (
+	idPattern     = regexp.MustCompile(`"(resp|msg|fc|rs|call)_[0-9A-Za-z]{20,}"`)
+	sealedPattern = regexp.MustCompile(`"encrypted_content":"[A-Za-z0-9+/=]{40,}"`)
+)
+
+// A reasoning item handed out sealed comes back in the next request's
+// input as the thinking of the assistant's answer, as OpenAI's stateless
+// reasoning round trip has it; under another key, or tampered with, it is
+// refused.
+func TestEncryptedReasoningRoundTrip(t *testing.T) {
+	seal := sealbox.Ephemeral()
+	req, e := DecodeResponsesRequest([]byte(rbody(`,"include":["reasoning.encrypted_content"]`)), testModel, seal)
+	if e != nil {
+		t.Fatal(e)
+	}
+	for _, stream := range []bool{false, true} {
+		r := NewResponseEncoder(req, NewResponseID(), 1, stream)
+		b := r.Begin(nil)
+		b = r.Reasoning(b, "The user says hi.\n")
+		b = r.Reasoning(b, "Greet back.")
+		b = r.Text(b, "Hello!")
+		b = r.Finish(b, "", Usage{})
+		var resp responses.Response
+		if err := json.Unmarshal(r.AppendResponse(nil), &resp); err != nil {
+			t.Fatal(err)
+		}
+		if stream && !strings.Contains(string(b), `"encrypted_content":"`) {
+			t.Errorf("no encrypted_content in the stream's events:\n%s", b)
+		}
+		// The whole output sent back as input, as the SDKs do.
+		var input []json.RawMessage
+		for _, it := range resp.Output {
+			input = append(input, json.RawMessage(it.RawJSON()))
+		}
+		input = append(input, json.RawMessage(`{"role":"user","content":"and now?"}`))
+		in, _ := json.Marshal(input)
+		if !strings.Contains(string(in), "encrypted_content") {
+			t.Fatalf("the output has no encrypted_content: %s", in)
+		}
+		body := []byte(`{"model":"` + testModel + `","reasoning":{"context":"all_turns"},"input":[{"role":"user","content":"hi"},` + string(in[1:]) + `}`)
+		next, e := DecodeResponsesRequest(body, testModel, seal)
+		if e != nil {
+			t.Fatal(e)
+		}
+		want := []llm.Message{{Role: "user", Content: "hi"}, {Role: "assistant", Content: "Hello!", Thinking: "The user says hi.\nGreet back."},
+			{Role: "user", Content: "and now?"}}
+		if !reflect.DeepEqual(next.Runtime.Messages, want) {
+			t.Errorf("stream %v: input decoded to\n%s\nwant\n%s", stream, dumpString(next.Runtime.Messages), dumpString(want))
+		}
+		// The sealed thinking wins over a plain one sent beside it.
+		forged := strings.Replace(string(body), `"type":"reasoning_text","text":"The user says hi.\nGreet back."`,
+			`"type":"reasoning_text","text":"forged"`, 1)
+		if forged == string(body) {
+			t.Fatalf("the reasoning item has no plain content to forge: %s", body)
+		}
+		if next, e := DecodeResponsesRequest([]byte(forged), testModel, seal); e != nil || next.Runtime.Messages[1].Thinking != want[1].Thinking {
+			t.Errorf("plain content beside the sealed one: %v, %+v", e, next)
+		}
+		// Another node's key, or a changed byte, does not open it.
+		if _, e := DecodeResponsesRequest(body, testModel, sealbox.Ephemeral()); e == nil || e.Code != "invalid_encrypted_content" ||
+			!strings.HasSuffix(e.Param, ".encrypted_content") {
+			t.Errorf("another key: got %v, want invalid_encrypted_content", e)
+		}
+		if _, e := DecodeResponsesRequest(body, testModel, nil); e == nil || e.Code != "invalid_encrypted_content" {
+			t.Errorf("no key: got %v, want invalid_encrypted_content", e)
+		}
+		m := sealedPattern.FindIndex(body)
+		tampered := append([]byte{}, body...)
+		tampered[m[1]-3] ^= 1 // a base64 character of the tag
+		if _, e := DecodeResponsesRequest(tampered, testModel, seal); e == nil || e.Code != "invalid_encrypted_content" {
+			t.Errorf("tampered: got %v, want invalid_encrypted_content", e)
+		}
+	}
+	// Without a key the include is refused, so a client is not handed
+	// reasoning items it cannot send back.
+	if _, e := DecodeResponsesRequest([]byte(rbody(`,"include":["reasoning.encrypted_content"]`)), testModel, nil); e == nil || e.Param != "include[0]" {
+		t.Errorf("include without a key: got %v", e)
+	}
+}
 
 // A response's encodings, streamed and not, in every shape: text,
 // reasoning then text, tool calls, cut by the token limit, failed. Each is
@@ -257,10 +403,22 @@ func TestResponseEncodingGolden(t *testing.T) {
 				llm.ToolCall{Name: "now"}), finish("", Usage{Prompt: 9, Completion: 4})}},
 		{"incomplete", rbody(`,"max_output_tokens":2`), []step{text("a"), text("b"), finish("max_output_tokens", Usage{Prompt: 1, Completion: 2})}},
 		{"failed", rbody(``), []step{text("a"), func(r *ResponseEncoder, dst []byte) []byte { return r.Fail(dst, InternalError()) }}},
+		{"encrypted", rbody(`,"include":["reasoning.encrypted_content"],"reasoning":{"effort":"high","summary":"auto"},"store":false`),
+			[]step{think("Hm."), text("Hi"), finish("", Usage{Prompt: 5, Completion: 2, Reasoning: 1})}},
+		{"logprobs", rbody(`,"include":["message.output_text.logprobs"],"top_logprobs":1,"text":{"verbosity":"low"},"truncation":"auto","max_tool_calls":2`),
+			[]step{func(r *ResponseEncoder, dst []byte) []byte {
+				return r.TextLogprobs(dst, "Hi", []llm.TokenLogprob{{Token: "Hi", Logprob: -0.5, Bytes: []byte("Hi"),
+					TopLogprobs: []llm.TopLogprob{{Token: "Hi", Logprob: -0.5, Bytes: []byte("Hi")}}}})
+			}, func(r *ResponseEncoder, dst []byte) []byte {
+				return r.TextLogprobs(dst, "!", []llm.TokenLogprob{{Token: "!", Logprob: math.Inf(-1)}})
+			}, finish("", Usage{Prompt: 5, Completion: 2})}},
+		{"logprobs-off", rbody(``), []step{func(r *ResponseEncoder, dst []byte) []byte {
+			return r.TextLogprobs(dst, "Hi", []llm.TokenLogprob{{Token: "Hi", Logprob: -0.5}})
+		}, finish("", Usage{Prompt: 5, Completion: 1})}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, e := DecodeResponsesRequest([]byte(tc.body), testModel)
+			req, e := DecodeResponsesRequest([]byte(tc.body), testModel, sealbox.Ephemeral())
 			if e != nil {
 				t.Fatal(e)
 			}
@@ -285,7 +443,8 @@ func TestResponseEncodingGolden(t *testing.T) {
 				} else {
 					checkEvents(t, b)
 				}
-				out = append(out, idPattern.ReplaceAll(b, []byte(`"${1}_ID"`))...)
+				b = sealedPattern.ReplaceAll(idPattern.ReplaceAll(b, []byte(`"${1}_ID"`)), []byte(`"encrypted_content":"SEALED"`))
+				out = append(out, b...)
 				out = append(out, '\n')
 			}
 			golden := "testdata/responses/" + tc.name + ".txt"
@@ -383,7 +542,7 @@ func sdkValid(t *testing.T, path string, v reflect.Value) {
 
 // A streamed text token costs no allocation once the buffers have room.
 func TestResponseTextDoesNotAllocate(t *testing.T) {
-	req, e := DecodeResponsesRequest([]byte(rbody("")), testModel)
+	req, e := DecodeResponsesRequest([]byte(rbody("")), testModel, sealbox.Ephemeral())
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -410,11 +569,20 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"` + testModel + `","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},` +
 			`{"type":"function_call_output","call_id":"c","output":"r"},{"role":"user","content":[{"type":"input_text","text":"a"}]}]}`,
 		`{"model":"x","input":[]}`, `[]`, `null`, `{}`, rbody(`,"store":true`),
+		rbody(`,"include":["reasoning.encrypted_content","message.output_text.logprobs"],"top_logprobs":2,"truncation":"auto",` +
+			`"max_tool_calls":1,"text":{"verbosity":"high"},"reasoning":{"summary":"auto","context":"all_turns","mode":"standard"}`),
+		rbody(`,"tools":[{"type":"function","name":"f","defer_loading":true}],"tool_choice":{"type":"allowed_tools","mode":"auto",` +
+			`"tools":[{"type":"function","name":"f"}]},"context_management":[{"type":"compaction"}],"prompt_cache_options":{}`),
+		`{"model":"` + testModel + `","input":[{"role":"user","content":"a"},{"type":"reasoning","summary":[],` +
+			`"content":[{"type":"reasoning_text","text":"t"}],"encrypted_content":"AAAA"},{"role":"assistant","content":"b"}]}`,
+		`{"model":"` + testModel + `","input":[{"type":"reasoning","summary":[{"type":"summary_text","text":"s"}],` +
+			`"content":[{"type":"reasoning_text","text":"t"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}",` +
+			`"namespace":"n","caller":{"type":"direct"}},{"type":"function_call_output","call_id":"c","output":"o"}]}`,
 	} {
 		f.Add([]byte(s), "tok\n")
 	}
 	f.Fuzz(func(t *testing.T, b []byte, tok string) {
-		req, e := DecodeResponsesRequest(b, testModel)
+		req, e := DecodeResponsesRequest(b, testModel, sealbox.Ephemeral())
 		if (req == nil) == (e == nil) {
 			t.Fatalf("got request %v and error %v", req, e)
 		}
@@ -431,6 +599,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		ev := r.Begin(nil)
 		ev = r.Reasoning(ev, tok)
 		ev = r.Text(ev, tok)
+		ev = r.TextLogprobs(ev, tok, []llm.TokenLogprob{{Token: tok, Logprob: -1, Bytes: []byte(tok)}})
 		ev = r.ToolCalls(ev, []llm.ToolCall{{Name: tok, Arguments: json.RawMessage(`{"a":1}`)}})
 		ev = r.Finish(ev, "", Usage{Prompt: 1, Completion: 2})
 		for _, e := range strings.Split(strings.TrimSuffix(string(ev), "\n\n"), "\n\n") {

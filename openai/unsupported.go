@@ -3,7 +3,6 @@ package openai
 import (
 	"encoding/json"
 	"math"
-	"strconv"
 )
 
 // Decoders for parameters this deployment cannot honour. Each accepts the
@@ -16,6 +15,21 @@ import (
 func ignoredString[T any](_ *T, raw json.RawMessage, param string) *Error {
 	_, e := asString(raw, param)
 	return e
+}
+
+// ignoredObject accepts any object: caching options change nothing in the
+// output.
+func ignoredObject[T any](_ *T, raw json.RawMessage, param string) *Error {
+	_, e := asObject(raw, param)
+	return e
+}
+
+// noModeration refuses any moderation setting: the deployment runs its one
+// model and no moderation model, and ignoring the setting would let a
+// client take an unmoderated answer for a moderated one.
+func noModeration[T any](_ *T, _ json.RawMessage, param string) *Error {
+	return invalid(param, "unsupported_parameter",
+		"Moderation is not available on this deployment: it runs one model and no moderation model. Omit '"+param+"'.")
 }
 
 // acceptedBool accepts either boolean: the flag cannot change anything
@@ -89,21 +103,12 @@ func defaultServiceTier[T any](_ *T, raw json.RawMessage, param string) *Error {
 }
 
 func textModality[T any](_ *T, raw json.RawMessage, param string) *Error {
-	items, e := asArray(raw, param)
-	if e != nil {
-		return e
-	}
-	for i, it := range items {
-		p := param + "[" + strconv.Itoa(i) + "]"
-		v, e := asString(it, p)
-		if e != nil {
-			return e
-		}
+	return eachString(raw, param, func(v, p string) *Error {
 		if v != "text" {
 			return invalid(p, "unsupported_value", "Only the 'text' output modality is supported by this deployment.")
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // refuseBool accepts a boolean other than refused, and answers refused

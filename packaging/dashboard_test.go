@@ -285,6 +285,9 @@ func controlMetrics() *metrics.Control {
 	c.Request("/v1/servers", http.MethodPost, http.StatusInternalServerError)
 	c.RegisterNodesConnected(func() int { return 2 })
 	c.RegisterServers(func() map[string]int { return map[string]int{"running": 2, "provisioning": 1} })
+	c.ObserveRequest("/v1/servers", http.MethodGet, http.StatusOK, 30*time.Millisecond)
+	c.RegisterNodes(func() map[string]int { return map[string]int{"idle": 1, "serving": 2, "wiping": 0, "unreachable": 0} })
+	c.ObservePropagation(800 * time.Millisecond)
 	return c
 }
 

@@ -25,6 +25,7 @@ pkgs=(
   lintian dpkg-dev debhelper # the .deb
   nginx              # the reverse proxy in benchmarks and tests (internal/nginxtest)
   postgresql         # a private PostgreSQL in tests (internal/pgtest)
+  chromium           # browser tests with chromedp: the web console, the deployment API's CORS
 )
 # Node may come from elsewhere (nodesource, nvm): only ask for Debian's when
 # there is none.

@@ -78,6 +78,12 @@ wait_for "hearth-control" "$ctl_pid" curl -fsS "$control_url/v1/openapi.json"
 # The node, enrolled with a one-time token.
 enroll=$("$bin/hearth-control" enrollment-tokens create --uses 1 --ttl 1h --state-dir "$var/control" 2>/dev/null)
 mapfile -t unit_env < <(sed -n 's/^Environment=//p' systemd/hearthd.service)
+# The console's playground calls the deployment API from the console's
+# origin: the node allows it where hearthd can (cors-allowed-origins).
+cors=()
+if "$bin/hearthd" serve --help 2>&1 | grep -q -- '-cors-allowed-origins '; then
+  cors=(--cors-allowed-origins "$control_url")
+fi
 # shellcheck disable=SC2086 # $params is a list of flags
 env "${unit_env[@]}" "$bin/hearthd" serve \
   --listen "127.0.0.1:$api_port" \
@@ -88,7 +94,7 @@ env "${unit_env[@]}" "$bin/hearthd" serve \
   --ollama-url "http://127.0.0.1:$ollama_port" \
   --ollama-models-dir "$var/ollama-models" \
   --control-url "$control_url" --enrollment-token "$enroll" \
-  --node-chip cpu --node-ram 8 --node-storage 40 \
+  --node-chip cpu --node-ram 8 --node-storage 40 "${cors[@]}" \
   2> >(tee -a "$var/hearthd.log" >&2) &
 pids+=($!)
 node_pid=$!
@@ -118,11 +124,18 @@ key=$(mgmt POST "/v1/servers/$server_id/api-keys" '{"name":"make-run"}' | field 
 [ -n "$key" ] || fail "could not create an API key"
 key_works() { curl -fsS "$server_url/models" -H "Authorization: Bearer $key"; }
 wait_for "the API key on the node" "$node_pid" key_works
+# The web console, signed in through a one-time link the admin socket
+# issues for the token.
+link=$(curl -fsS --unix-socket "$var/control/admin.sock" -X POST http://admin/console/sign-in-links \
+  -H "Authorization: Bearer $token" | field path)
+[ -n "$link" ] || fail "could not issue a console sign-in link"
 
 cat <<MSG
 
   hearth is running.
     management API  $control_url/v1   (token $token)
+    web console     $control_url$link
+                    (a one-time sign-in link, valid 10 minutes; then $control_url/console/ with the token)
     server          $server_id
     deployment URL  $server_url
     model           $model

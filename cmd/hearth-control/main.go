@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hearthd/hearth/console"
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/internal/certreload"
@@ -142,11 +143,24 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		aln.Close()
 		return err
 	}
+	apiHandler := mc.Middleware(srv.Handler())
+	con, err := newConsole(srv, apiHandler, logger)
+	if err != nil {
+		ln.Close()
+		aln.Close()
+		return err
+	}
+	root := http.NewServeMux()
+	root.Handle("/console/", con.Handler())
+	root.Handle("/", apiHandler)
+	admRoot := http.NewServeMux()
+	admRoot.Handle("/console/", con.AdminHandler())
+	admRoot.Handle("/", srv.AdminHandler())
 	// The long-poll extends its own write deadline (control.Server).
-	api := &http.Server{Handler: mc.Middleware(srv.Handler()), ReadHeaderTimeout: 10 * time.Second,
+	api := &http.Server{Handler: root, ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout: cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout, IdleTimeout: cfg.IdleTimeout,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	adm := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	adm := &http.Server{Handler: admRoot, ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 3)
@@ -154,6 +168,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	go func() { errc <- adm.Serve(aln) }()
 	go func() { errc <- srv.Run(ctx) }()
 	logger.Info("control plane serving", "listen", ln.Addr().String(), "url", l.scheme()+"://"+ln.Addr().String(),
+		"console", l.scheme()+"://"+ln.Addr().String()+"/console/",
 		"socket_activated", l.activated, "admin_socket", sock, "version", version)
 	notifier := systemd.SdNotifier{}
 	_ = notifier.Ready()
@@ -186,12 +201,31 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
+// newConsole is the web console over the management API's handler: it
+// signs users in with their tokens (authenticated as the API does) and
+// acts through the API with them.
+func newConsole(srv *control.Server, api http.Handler, logger *slog.Logger) (*console.Console, error) {
+	return console.New(console.Config{API: api, Logger: logger.With("component", "console"),
+		Identify: func(token string) (console.Identity, error) {
+			id, err := srv.TokenIdentity(token)
+			if errors.Is(err, control.ErrInvalidToken) {
+				return console.Identity{}, console.ErrInvalidToken
+			}
+			if err != nil {
+				return console.Identity{}, err
+			}
+			return console.Identity{Project: id.Project, ProjectName: id.ProjectName, ReadOnly: id.Scope == control.ScopeReadOnly}, nil
+		}})
+}
+
 // serveMetrics registers the control plane's metrics and serves them on
 // their own listener until ctx ends ("" addr: not served).
 func serveMetrics(ctx context.Context, addr string, srv *control.Server, logger *slog.Logger) (*metrics.Control, error) {
 	mc := metrics.NewControl(version)
 	mc.RegisterNodesConnected(srv.NodesConnected)
 	mc.RegisterServers(srv.ServersByStatus)
+	mc.RegisterNodes(srv.NodesByState)
+	srv.OnPropagation(mc.ObservePropagation)
 	if addr == "" {
 		return mc, nil
 	}

@@ -35,7 +35,9 @@ func TestPlainChatBody(t *testing.T) {
 		{"thinking off", llm.Request{Messages: msgs, Options: llm.Options{Think: llm.ThinkNone, MaxTokens: n(0)}}, true},
 		{"a tool result", llm.Request{Messages: append(msgs, llm.Message{Role: "tool", Content: "21°C", ToolName: "weather"},
 			llm.Message{Role: "user", Content: "x", ToolName: "not sent"})}, true},
-		{"tool calls", llm.Request{Messages: []llm.Message{{Role: "assistant", ToolCalls: []llm.ToolCall{{Name: "f", Arguments: json.RawMessage(`{"a":1}`)}}}}}, false},
+		{"thinking given back", llm.Request{Messages: append(msgs, llm.Message{Role: "assistant", Content: "hi", Thinking: "they \"said\"\nhi"},
+			llm.Message{Role: "user", Content: "again"})}, true},
+		{"tool calls", llm.Request{Messages: []llm.Message{{Role: "assistant", Thinking: "t", ToolCalls: []llm.ToolCall{{Name: "f", Arguments: json.RawMessage(`{"a":1}`)}}}}}, false},
 		{"tools", llm.Request{Messages: msgs, Tools: []llm.Tool{{Name: "f"}}}, false},
 		{"format", llm.Request{Messages: msgs, Format: json.RawMessage(`"json"`)}, false},
 	} {

@@ -531,7 +531,7 @@ func (b *Backend) encodeChatBody(req *llm.Request) ([]byte, error) {
 		Options:   options(&req.Options),
 	}
 	for i, m := range req.Messages {
-		am := api.Message{Role: m.Role, Content: m.Content}
+		am := api.Message{Role: m.Role, Content: m.Content, Thinking: m.Thinking}
 		if m.Role == "tool" {
 			am.ToolName = m.ToolName
 		}
@@ -582,7 +582,7 @@ func (b *Backend) plainChatBody(req *llm.Request) (body []byte, ok bool) {
 		if len(m.ToolCalls) > 0 {
 			return nil, false
 		}
-		size += 40 + len(m.Role) + len(m.Content) + len(m.ToolName)
+		size += 56 + len(m.Role) + len(m.Content) + len(m.Thinking) + len(m.ToolName)
 	}
 	o := &req.Options
 	w := make([]byte, 0, size)
@@ -597,6 +597,10 @@ func (b *Backend) plainChatBody(req *llm.Request) (body []byte, ok bool) {
 		w = jsonw.AppendString(w, m.Role)
 		w = append(w, `,"content":`...)
 		w = jsonw.AppendString(w, m.Content)
+		if m.Thinking != "" {
+			w = append(w, `,"thinking":`...)
+			w = jsonw.AppendString(w, m.Thinking)
+		}
 		if m.Role == "tool" && m.ToolName != "" {
 			w = append(w, `,"tool_name":`...)
 			w = jsonw.AppendString(w, m.ToolName)
