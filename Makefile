@@ -3,9 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 BINARIES := $(patsubst cmd/%/,%,$(dir $(wildcard cmd/*/main.go)))
-# An execution count, not a duration: with a duration, Go 1.26's fuzzing
-# coordinator can report its own deadline as a failure at the boundary
-# (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
+# Executions per fuzz target in make test (a count: see scripts/fuzz.sh).
 FUZZTIME ?= 40000x
 
 # Each fuzz target gets a short run in make test so it cannot rot:
@@ -14,7 +12,7 @@ FUZZ_TARGETS := $(shell grep -rl --include='*_test.go' '^func Fuzz' . 2>/dev/nul
 	xargs -r grep -H -o '^func Fuzz[A-Za-z0-9_]*' | \
 	sed -E 's|^\./(.*)/[^/]*_test.go:func (Fuzz[A-Za-z0-9_]*)|\1:\2|' | sort -u)
 
-.PHONY: all build run test deps unit fuzz lint bench bench-fleet soak deb ollama terraform terraform-provider terraform-docs console-screenshots clean
+.PHONY: all build run check test deps unit fuzz lint bench bench-fleet soak deb ollama terraform terraform-provider terraform-docs console-screenshots clean
 
 all: build
 
@@ -65,6 +63,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# The unit tier, before each commit (no root, Ollama, PostgreSQL, nginx,
+# sshd or network namespaces: `-short` skips the tests that need them, see
+# testutil.Integration); about 3 minutes.
+check: lint
+	$(GO) test -short -race -count=1 ./...
+
 # Every test: the packages they need, vet, the race detector over all
 # packages (the real-Ollama integration tests on every version of the
 # matrix included), then a short run of every fuzz target.
@@ -77,16 +81,11 @@ test: deps lint unit fuzz
 unit: deps
 	@set -e; bins=$$(scripts/ensure-ollama.sh --all); bins=$$(echo "$$bins" | paste -sd, -); \
 	bin=$$(scripts/ensure-ollama.sh); tf=$$(scripts/ensure-terraform.sh); \
-	echo "HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf $(GO) test -race -count=1 -timeout 30m ./..."; \
-	HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf $(GO) test -race -count=1 -timeout 30m ./...
+	echo "HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf scripts/suite.sh"; \
+	HEARTH_OLLAMA_BINS=$$bins HEARTH_OLLAMA_BIN=$$bin TF_ACC_TERRAFORM_PATH=$$tf GO="$(GO)" scripts/suite.sh
 
 fuzz:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; fn=$${t##*:}; \
-		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
-		out=$$($(GO) test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$$pkg 2>&1) || \
-			{ echo "$$out"; echo "fuzz $$pkg $$fn FAILED"; exit 1; }; \
-	done
+	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 bench:
 	HEARTH_OLLAMA_BIN=$$(scripts/ensure-ollama.sh) $(GO) run ./cmd/hearth-bench

@@ -112,7 +112,7 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 	}
 	args = append(args, o.Extra...)
 	// As the unit runs it: what it costs is measured as it ships.
-	h, err := startProcess(ctx, o.Bin, args, systemd.HearthdEnvironment(), o.Log, url, "/readyz", o.ReadyTimeout, client)
+	h, err := StartProcess(ctx, o.Bin, args, systemd.HearthdEnvironment(), o.Log, url, "/readyz", o.ReadyTimeout, client)
 	if err != nil {
 		return nil, fmt.Errorf("hearthd: %w", err)
 	}
@@ -123,7 +123,7 @@ func StartHearthd(ctx context.Context, o HearthdOptions) (*Hearthd, error) {
 // startProcess starts bin with args and env (added to this process's
 // environment) and waits until url+readyPath answers 200. The process's
 // output goes to log (nil discards it).
-func startProcess(ctx context.Context, bin string, args, env []string, log io.Writer, url, readyPath string, timeout time.Duration, client *http.Client) (*Process, error) {
+func StartProcess(ctx context.Context, bin string, args, env []string, log io.Writer, url, readyPath string, timeout time.Duration, client *http.Client) (*Process, error) {
 	// Not CommandContext: the process must outlive the start-up context and
 	// is stopped by Stop.
 	cmd := exec.Command(bin, args...)
@@ -278,7 +278,7 @@ func parseCounter(r io.Reader, name string) (float64, error) {
 }
 
 // ensureDir creates dir.
-func ensureDir(dir string) error {
+func EnsureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}

@@ -190,9 +190,11 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadResult, error) {
 		end = start.Add(lg.cfg.Duration)
 	}
 	var issued atomic.Int64
-	// take reserves the next request slot, or says the run is over.
+	// take reserves the next request slot, or says the run is over. The
+	// open loop ends by its schedule (a request due before end starts even
+	// if the loop runs late); the closed loop by the clock.
 	take := func() bool {
-		if ctx.Err() != nil || (!end.IsZero() && time.Now().After(end)) {
+		if ctx.Err() != nil || (lg.cfg.Rate <= 0 && !end.IsZero() && time.Now().After(end)) {
 			return false
 		}
 		return lg.cfg.Requests <= 0 || issued.Add(1) <= int64(lg.cfg.Requests)

@@ -13,7 +13,7 @@ import (
 
 // userHZ is the unit of the CPU times in /proc/PID/stat. The kernel fixes it
 // at 100 for user space whatever CONFIG_HZ is.
-const userHZ = 100
+const UserHZ = 100
 
 // ProcSample is a process's CPU time and memory at one moment.
 type ProcSample struct {
@@ -34,8 +34,8 @@ func ReadProc(pid int) (ProcSample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.User = time.Duration(utime) * time.Second / userHZ
-	s.Sys = time.Duration(stime) * time.Second / userHZ
+	s.User = time.Duration(utime) * time.Second / UserHZ
+	s.Sys = time.Duration(stime) * time.Second / UserHZ
 	s.CPU = s.User + s.Sys
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

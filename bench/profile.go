@@ -44,7 +44,7 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario, ra
 			return
 		}
 		get := func(path, file string) error {
-			return fetchProfile(ctx, metricsURL+path, filepath.Join(dir, sc.Name+"."+file), time.Duration(secs)*time.Second+30*time.Second)
+			return FetchProfile(ctx, metricsURL+path, filepath.Join(dir, sc.Name+"."+file), time.Duration(secs)*time.Second+30*time.Second)
 		}
 		// First the execution trace: where a request waits (go tool trace
 		// -pprof=sched|net|sync FILE); then the CPU profile.
@@ -71,7 +71,7 @@ func profileHearthd(ctx context.Context, metricsURL, dir string, sc Scenario, ra
 
 // fetchProfile saves what url (a /debug/pprof/ endpoint) answers to file,
 // waiting at most timeout.
-func fetchProfile(ctx context.Context, url, file string, timeout time.Duration) error {
+func FetchProfile(ctx context.Context, url, file string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)

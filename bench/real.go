@@ -39,7 +39,7 @@ func StartOllama(ctx context.Context, bin, dir string, log io.Writer) (*Ollama, 
 		return nil, err
 	}
 	models := filepath.Join(dir, "models")
-	if err := ensureDir(models); err != nil {
+	if err := EnsureDir(models); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "serve")
@@ -152,7 +152,7 @@ func (r *RealResult) Markdown() string {
 		fmt.Fprintf(&b, "| TTFT p50 | %s | %s | %s | %.3f× |\n", us(r.DirectTTFTP50), us(r.NginxTTFTP50), us(r.ThroughTTFTP50), ratio(r.ThroughTTFTP50, r.NginxTTFTP50))
 		fmt.Fprintf(&b, "| added TTFT p50 | | %s | %s | |\n", us(r.NginxTTFTP50-r.DirectTTFTP50), us(r.ThroughTTFTP50-r.DirectTTFTP50))
 		fmt.Fprintf(&b, "| proxy CPU per token | | %.1f µs | %.1f µs | **%.2f×** |\n", r.NginxCPUusPerToken, r.HearthdCPUusPerToken, ratio(r.HearthdCPUusPerToken, r.NginxCPUusPerToken))
-		fmt.Fprintf(&b, "| proxy RSS peak | | %s MiB | %s MiB | %.2f× |\n", mib(r.NginxRSSPeak), mib(r.HearthdRSSPeak), ratio(float64(r.HearthdRSSPeak), float64(r.NginxRSSPeak)))
+		fmt.Fprintf(&b, "| proxy RSS peak | | %s MiB | %s MiB | %.2f× |\n", MiB(r.NginxRSSPeak), MiB(r.HearthdRSSPeak), ratio(float64(r.HearthdRSSPeak), float64(r.NginxRSSPeak)))
 		ttft, cpu := r.pairedRounds()
 		fmt.Fprintf(&b, "| each round: TTFT p50 hearthd − nginx | | | %s | median %s |\n", ttft, us(r.PairedTTFTP50))
 		fmt.Fprintf(&b, "| each round: proxy CPU per token | | %s | | |\n", cpu)
@@ -259,7 +259,7 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 		o.OllamaBin = bin
 	}
 	dir := filepath.Join(o.WorkDir, "real")
-	if err := ensureDir(dir); err != nil {
+	if err := EnsureDir(dir); err != nil {
 		return nil, err
 	}
 	ol, err := StartOllama(ctx, o.OllamaBin, dir, o.Log)
@@ -280,7 +280,7 @@ func RunReal(ctx context.Context, o RealOptions) (*RealResult, error) {
 		return nil, err
 	}
 	state := filepath.Join(dir, "hearthd-state")
-	if err := ensureDir(state); err != nil {
+	if err := EnsureDir(state); err != nil {
 		return nil, err
 	}
 	key, err := CreateKey(ctx, o.HearthdBin, state, "bench")

@@ -53,7 +53,7 @@ type Report struct {
 	Notes         []string         `json:"notes,omitempty"`
 }
 
-func mib(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+func MiB(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 
 func us(v float64) string {
 	switch {
@@ -65,7 +65,7 @@ func us(v float64) string {
 }
 
 // writeRunHeader writes when and where a run was measured, and how.
-func writeRunHeader(b *strings.Builder, started time.Time, m Machine, command string) {
+func WriteRunHeader(b *strings.Builder, started time.Time, m Machine, command string) {
 	if !started.IsZero() {
 		fmt.Fprintf(b, "Run %s on %d × %s, Linux %s, %s.\n\n", started.UTC().Format(time.RFC3339),
 			m.NProc, m.CPU, m.Kernel, m.Go)
@@ -82,7 +82,7 @@ func writeRunHeader(b *strings.Builder, started time.Time, m Machine, command st
 // first, then over plain HTTP.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	writeRunHeader(&b, r.Started, r.Machine, r.Command)
+	WriteRunHeader(&b, r.Started, r.Machine, r.Command)
 	for _, tr := range []struct{ name, title string }{
 		{"tls", "Over TLS (the production path): clients reach hearthd and nginx over HTTPS, the same certificate"},
 		{"http", "Over plain HTTP (loopback, or behind a TLS-terminating proxy)"},
@@ -145,7 +145,7 @@ func scenarioTable(b *strings.Builder, scs []ScenarioResult) {
 			s.Direct.CompletionsPS, s.Through.CompletionsPS,
 			s.Direct.TokensPS, s.Through.TokensPS,
 			s.HearthdCPUSPerMTokens,
-			mib(s.Through.ProxyRSSPeak), mib(s.Through.ProxyHWM),
+			MiB(s.Through.ProxyRSSPeak), MiB(s.Through.ProxyHWM),
 			s.Direct.Errors, s.Through.Errors,
 			s.HearthdCPUusPerToken, mock, lg)
 	}
@@ -155,12 +155,12 @@ func scenarioTable(b *strings.Builder, scs []ScenarioResult) {
 // Write stores the report as JSON and Markdown in dir, named by its start
 // time, and as latest.json / latest.md.
 func (r *Report) Write(dir string) (string, error) {
-	return writeResults(dir, "", r.Started, r, r.Markdown())
+	return WriteResults(dir, "", r.Started, r, r.Markdown())
 }
 
 // writeResults stores v as JSON and md in dir as <prefix><time>.json|md and
 // <prefix>latest.json|md, and returns the path of the Markdown file.
-func writeResults(dir, prefix string, started time.Time, v any, md string) (string, error) {
+func WriteResults(dir, prefix string, started time.Time, v any, md string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
 	}
@@ -208,7 +208,7 @@ func nginxTable(b *strings.Builder, scs []ScenarioResult) {
 			us(n.TTFT.P50-d.TTFT.P50), us(t.TTFT.P50-d.TTFT.P50),
 			us(n.TTFT.P99-d.TTFT.P99), us(t.TTFT.P99-d.TTFT.P99),
 			n.CPUusPerToken(), t.CPUusPerToken(), ratio(t.CPUusPerToken(), n.CPUusPerToken()),
-			mib(n.ProxyRSSPeak), mib(t.ProxyRSSPeak), ratio(float64(t.ProxyRSSPeak), float64(n.ProxyRSSPeak)),
+			MiB(n.ProxyRSSPeak), MiB(t.ProxyRSSPeak), ratio(float64(t.ProxyRSSPeak), float64(n.ProxyRSSPeak)),
 			n.Errors, t.Errors,
 			cpuSplit(*n, t), mallocs(s.HearthdMallocsPerRequest))
 	}

@@ -141,7 +141,7 @@ func (s *Suite) Setup(ctx context.Context) error {
 		s.Log = slog.New(slog.DiscardHandler)
 	}
 	s.stateDir = filepath.Join(s.WorkDir, "hearthd-state")
-	if err := ensureDir(s.stateDir); err != nil {
+	if err := EnsureDir(s.stateDir); err != nil {
 		return err
 	}
 	key, err := CreateKey(ctx, s.HearthdBin, s.stateDir, "bench")

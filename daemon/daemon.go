@@ -29,6 +29,7 @@ import (
 	"github.com/hearthd/hearth/internal/statedir"
 	"github.com/hearthd/hearth/llm"
 	"github.com/hearthd/hearth/llm/ollama"
+	"github.com/hearthd/hearth/llm/ollama/serve"
 	"github.com/hearthd/hearth/metrics"
 	"github.com/hearthd/hearth/store"
 	"github.com/hearthd/hearth/systemd"
@@ -325,7 +326,7 @@ type backend struct{ *ollama.Backend }
 
 func (b backend) ForModel(model string) modelRuntime { return backend{b.WithModel(model)} }
 
-func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
+func supervisor(cfg Config, log *slog.Logger) (*serve.Supervisor, error) {
 	addr, err := hostPort(cfg.OllamaURL)
 	if err != nil {
 		return nil, err
@@ -336,7 +337,7 @@ func supervisor(cfg Config, log *slog.Logger) (*ollama.Supervisor, error) {
 	}
 	// One slot more than hearthd sends generations to: the wedge probe's
 	// (ollama.watch), so that a runtime busy on every slot still answers it.
-	return &ollama.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, NumParallel: cfg.MaxConcurrent + 1, Logger: log}, nil
+	return &serve.Supervisor{Bin: cfg.OllamaBin, Addr: addr, ModelsDir: dir, NumParallel: cfg.MaxConcurrent + 1, Logger: log}, nil
 }
 
 // openAPI builds the deployment API and its listener (passed by systemd

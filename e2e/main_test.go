@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // env is what every test in this binary shares: the binaries built once
@@ -38,6 +39,7 @@ func TestMain(m *testing.M) {
 // binary builds ./cmd/<name> once per test binary and returns its path.
 func binary(t testing.TB, name string) string {
 	t.Helper()
+	testutil.Integration(t, "hearth's binaries as processes")
 	path := filepath.Join(shared.bin, name)
 	if _, err := os.Stat(path); err == nil {
 		return path

@@ -18,6 +18,7 @@ import (
 	"github.com/hearthd/hearth/client"
 	"github.com/hearthd/hearth/internal/controltest"
 	"github.com/hearthd/hearth/internal/sshdtest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 var bins controltest.Binaries
@@ -35,6 +36,7 @@ const terraformVersion = "1.5.7"
 // The provider is served from the test binary (no registry either).
 func useTerraform(t *testing.T) string {
 	t.Helper()
+	testutil.Integration(t, "Terraform")
 	bin := os.Getenv("TF_ACC_TERRAFORM_PATH")
 	if bin == "" {
 		out, err := exec.Command("go", "env", "GOPATH").Output()

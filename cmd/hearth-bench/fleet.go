@@ -12,26 +12,27 @@ import (
 	"time"
 
 	"github.com/hearthd/hearth/bench"
+	"github.com/hearthd/hearth/bench/fleet"
 	"github.com/hearthd/hearth/systemd"
 )
 
 // parseVariants reads --backends: pebble, postgres (one replica) and
 // postgres-N (N replicas on one database).
-func parseVariants(s string) ([]bench.FleetConfig, error) {
-	var out []bench.FleetConfig
+func parseVariants(s string) ([]fleet.FleetConfig, error) {
+	var out []fleet.FleetConfig
 	for _, v := range strings.Split(s, ",") {
 		v = strings.TrimSpace(v)
 		switch {
-		case v == bench.BackendPebble:
-			out = append(out, bench.FleetConfig{Backend: bench.BackendPebble, Replicas: 1})
-		case v == bench.BackendPostgres:
-			out = append(out, bench.FleetConfig{Backend: bench.BackendPostgres, Replicas: 1})
-		case strings.HasPrefix(v, bench.BackendPostgres+"-"):
-			n, err := strconv.Atoi(strings.TrimPrefix(v, bench.BackendPostgres+"-"))
+		case v == fleet.BackendPebble:
+			out = append(out, fleet.FleetConfig{Backend: fleet.BackendPebble, Replicas: 1})
+		case v == fleet.BackendPostgres:
+			out = append(out, fleet.FleetConfig{Backend: fleet.BackendPostgres, Replicas: 1})
+		case strings.HasPrefix(v, fleet.BackendPostgres+"-"):
+			n, err := strconv.Atoi(strings.TrimPrefix(v, fleet.BackendPostgres+"-"))
 			if err != nil || n < 1 {
 				return nil, fmt.Errorf("--backends: %q: want postgres-N with N ≥ 1", v)
 			}
-			out = append(out, bench.FleetConfig{Backend: bench.BackendPostgres, Replicas: n})
+			out = append(out, fleet.FleetConfig{Backend: fleet.BackendPostgres, Replicas: n})
 		default:
 			return nil, fmt.Errorf("--backends: unknown %q (pebble, postgres, postgres-N)", v)
 		}
@@ -42,12 +43,12 @@ func parseVariants(s string) ([]bench.FleetConfig, error) {
 // fleetFlags are hearth-bench fleet's flags beside the FleetConfig ones.
 type fleetFlags struct {
 	out, profile, controlLog string
-	variants                 []bench.FleetConfig
+	variants                 []fleet.FleetConfig
 }
 
-func parseFleetFlags(args []string) (bench.FleetConfig, fleetFlags, error) {
+func parseFleetFlags(args []string) (fleet.FleetConfig, fleetFlags, error) {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
-	var c bench.FleetConfig
+	var c fleet.FleetConfig
 	var f fleetFlags
 	backends := fs.String("backends", "pebble,postgres,postgres-2", "control plane variants: pebble, postgres (one replica), postgres-N (N replicas on one database)")
 	fs.StringVar(&c.ControlBin, "control", "", "hearth-control binary (default: built from ./cmd/hearth-control)")
@@ -117,7 +118,7 @@ func runFleet(ctx context.Context, log *slog.Logger, args []string) error {
 			log.Warn("--profile builds hearth-control from the tree; --control is ignored")
 		}
 		log.Info("building hearth-control", "pprof", f.profile != "")
-		if c.ControlBin, err = bench.BuildControl(ctx, work, f.profile != ""); err != nil {
+		if c.ControlBin, err = fleet.BuildControl(ctx, work, f.profile != ""); err != nil {
 			return err
 		}
 	}
@@ -129,7 +130,7 @@ func runFleet(ctx context.Context, log *slog.Logger, args []string) error {
 		defer lf.Close()
 		c.ControlLog = lf
 	}
-	rep := &bench.FleetReport{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench fleet " + strings.Join(args, " ")}
+	rep := &fleet.FleetReport{Started: time.Now(), Machine: bench.ThisMachine(), Command: "hearth-bench fleet " + strings.Join(args, " ")}
 	// The simulated fleet's own CPU competes with what it measures, and
 	// this setting changes it by ~30 % (make bench-fleet sets it).
 	rep.Notes = append(rep.Notes, fmt.Sprintf("the simulated fleet ran with GODEBUG=%q; the control plane with its unit's %q",
@@ -139,14 +140,14 @@ func runFleet(ctx context.Context, log *slog.Logger, args []string) error {
 		cfg := c
 		cfg.Backend, cfg.Replicas = v.Backend, v.Replicas
 		log.Info("fleet variant", "variant", cfg.Variant(), "nodes", cfg.Nodes)
-		res, err := bench.RunFleet(ctx, cfg)
+		res, err := fleet.RunFleet(ctx, cfg)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
 			res.Error = err.Error()
-			if errors.Is(err, bench.ErrBackendUnsupported) {
-				res.Error = bench.ErrBackendUnsupported.Error()
+			if errors.Is(err, fleet.ErrBackendUnsupported) {
+				res.Error = fleet.ErrBackendUnsupported.Error()
 			}
 			log.Error("fleet variant failed", "variant", cfg.Variant(), "err", err)
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", cfg.Variant(), err))

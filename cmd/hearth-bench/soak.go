@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/hearthd/hearth/bench"
+	"github.com/hearthd/hearth/bench/soak"
 )
 
 // runSoak runs the soak and writes its report (Markdown on stdout, JSON
@@ -33,7 +33,7 @@ func runSoak(ctx context.Context, log *slog.Logger, args []string) error {
 	}
 	defer cleanup()
 	log.Info("soak", "duration", *duration, "streams", *streams)
-	res, err := bench.RunSoak(ctx, bench.SoakOptions{HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work,
+	res, err := soak.RunSoak(ctx, soak.SoakOptions{HearthdBin: *hearthd, OllamaBin: *ollamaBin, WorkDir: work,
 		Duration: *duration, Warmup: *warmup, Streams: *streams, Log: logw})
 	if err != nil {
 		return err

@@ -17,16 +17,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hearthd/hearth/console"
 	"github.com/hearthd/hearth/control"
 	"github.com/hearthd/hearth/internal/adminsock"
 	"github.com/hearthd/hearth/internal/certreload"
+	"github.com/hearthd/hearth/internal/command"
 	"github.com/hearthd/hearth/internal/config"
 	"github.com/hearthd/hearth/internal/connlimit"
 	"github.com/hearthd/hearth/internal/statedir"
@@ -58,45 +57,30 @@ Every command takes --config (default /etc/hearth/control.toml if present), --st
 A fresh state has one project, "default", which also holds everything made before projects existed.
 `
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "hearth-control:", err)
-		}
-		os.Exit(2)
+func main() { program().Main() }
+
+func program() command.Program {
+	cmds := map[string]command.Func{
+		"serve":         func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) },
+		"migrate-store": migrateStore,
+		"audit-log": func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			return operate(ctx, "audit-log", auditLog, args, stdout, stderr)
+		},
 	}
+	for noun, verbs := range operatorCommands {
+		cmds[noun] = func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+			if len(args) == 0 || verbs[args[0]] == nil {
+				fmt.Fprint(stderr, usage)
+				return fmt.Errorf("usage: hearth-control %s %s", noun, strings.Join(slices.Sorted(maps.Keys(verbs)), "|"))
+			}
+			return operate(ctx, noun+" "+args[0], verbs[args[0]], args[1:], stdout, stderr)
+		}
+	}
+	return command.Program{Name: "hearth-control", Usage: usage, Version: version, Commands: cmds}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
-	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], stderr)
-	case "migrate-store":
-		return migrateStore(ctx, args[1:], stdout, stderr)
-	case "audit-log":
-		return operate(ctx, "audit-log", auditLog, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version)
-		return nil
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	if cmd, ok := operatorCommands[args[0]]; ok {
-		if len(args) < 2 || cmd[args[1]] == nil {
-			fmt.Fprint(stderr, usage)
-			return fmt.Errorf("usage: hearth-control %s %s", args[0], strings.Join(slices.Sorted(maps.Keys(cmd)), "|"))
-		}
-		return operate(ctx, args[0]+" "+args[1], cmd[args[1]], args[2:], stdout, stderr)
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return program().Run(ctx, args, stdout, stderr)
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {

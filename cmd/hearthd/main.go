@@ -5,21 +5,19 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/hearthd/hearth/apikeys"
 	"github.com/hearthd/hearth/daemon"
+	"github.com/hearthd/hearth/internal/command"
 	"github.com/hearthd/hearth/internal/config"
 )
 
@@ -36,36 +34,17 @@ Usage:
   hearthd version                       print the version
 `
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "hearthd:", err)
-		}
-		os.Exit(2)
-	}
+func main() { program().Main() }
+
+func program() command.Program {
+	return command.Program{Name: "hearthd", Usage: usage, Version: version, Commands: map[string]command.Func{
+		"serve": func(ctx context.Context, args []string, _, stderr io.Writer) error { return serve(ctx, args, stderr) },
+		"keys":  keys,
+	}}
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("missing command")
-	}
-	switch args[0] {
-	case "serve":
-		return serve(ctx, args[1:], stderr)
-	case "keys":
-		return keys(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version)
-		return nil
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
+	return program().Run(ctx, args, stdout, stderr)
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {

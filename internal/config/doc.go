@@ -52,23 +52,31 @@ func codeOutside(s string, re *regexp.Regexp) string {
 // path. It reports whether the file was out of date; only with write is it
 // rewritten.
 func UpdateDoc(path, table string, write bool) (stale bool, err error) {
+	return UpdateSection(path, DocBegin, DocEnd, table, write)
+}
+
+// UpdateSection puts content between the lines begin and end of the file at
+// path: the one way generated text (settings tables, the CLI reference)
+// lives inside a hand-written document. It reports whether the file was out
+// of date; only with write is it rewritten.
+func UpdateSection(path, begin, end, content string, write bool) (stale bool, err error) {
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return false, err
 	}
-	begin := bytes.Index(doc, []byte(DocBegin+"\n"))
-	end := bytes.Index(doc, []byte(DocEnd))
-	if begin < 0 || end < begin {
-		return false, fmt.Errorf("%s: no %q … %q section", path, DocBegin, DocEnd)
+	b := bytes.Index(doc, []byte(begin+"\n"))
+	e := bytes.Index(doc, []byte(end))
+	if b < 0 || e < b {
+		return false, fmt.Errorf("%s: no %q … %q section", path, begin, end)
 	}
-	start := begin + len(DocBegin) + 1
-	if string(doc[start:end]) == table {
+	start := b + len(begin) + 1
+	if string(doc[start:e]) == content {
 		return false, nil
 	}
 	if !write {
 		return true, nil
 	}
-	out := append(append(append([]byte{}, doc[:start]...), table...), doc[end:]...)
+	out := append(append(append([]byte{}, doc[:start]...), content...), doc[e:]...)
 	return true, os.WriteFile(path, out, 0o644)
 }
 

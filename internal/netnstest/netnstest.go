@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // Run runs f on an OS thread that has joined the named network namespace
@@ -80,6 +82,7 @@ type Pair struct {
 // The namespaces, and whatever still runs in them, go when the test ends.
 func NewPair(t testing.TB, prefix string, server, client []netip.Prefix) Pair {
 	t.Helper()
+	testutil.Integration(t, "network namespaces")
 	var rnd [4]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		t.Fatal(err)

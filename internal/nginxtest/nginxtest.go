@@ -199,6 +199,7 @@ type Proxy struct {
 // fails the test if nginx does not start.
 func Start(t testing.TB, cfg Config) *Proxy {
 	t.Helper()
+	testutil.Integration(t, "nginx")
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

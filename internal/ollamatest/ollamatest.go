@@ -131,6 +131,7 @@ func FindBinary() (string, error) {
 // stops it when the test ends. It fails the test if anything goes wrong.
 func Start(t testing.TB) *Instance {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	bin, err := FindBinary()
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)
@@ -142,6 +143,7 @@ func Start(t testing.TB) *Instance {
 // server answers version v.Name (when set).
 func StartVersion(t testing.TB, v Version) *Instance {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	inst, err := start(v)
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)
@@ -177,6 +179,7 @@ type sharedInstance struct {
 // has died since.
 func (s *Shared) Get(t testing.TB) *Instance {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	bin, err := FindBinary()
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)
@@ -189,6 +192,7 @@ func (s *Shared) Get(t testing.TB) *Instance {
 // ensureAnswers): the test gets a working instance, or fails at once.
 func (s *Shared) GetVersion(t testing.TB, v Version) *Instance {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	inst, stuck, err := s.get(v, checkWithin)
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)
@@ -254,6 +258,7 @@ func (s *Shared) get(v Version, within time.Duration) (inst *Instance, stuck, er
 // that version's shared instance.
 func (s *Shared) ForEach(t *testing.T, f func(t *testing.T, inst *Instance)) {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	ForEachVersion(t, func(t *testing.T, v Version) { f(t, s.GetVersion(t, v)) })
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // VersionsEnv names the environment variable listing the Ollama versions
@@ -63,6 +65,7 @@ func Versions() ([]Version, error) {
 // Shared.ForEach.
 func ForEachVersion(t *testing.T, f func(t *testing.T, v Version)) {
 	t.Helper()
+	testutil.Integration(t, "Ollama")
 	vs, err := Versions()
 	if err != nil {
 		t.Fatalf("ollamatest: %v", err)

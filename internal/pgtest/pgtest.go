@@ -86,6 +86,7 @@ type Server struct {
 // when the test ends. It fails the test if anything goes wrong.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	testutil.Integration(t, "PostgreSQL")
 	s, err := New()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
@@ -389,6 +390,7 @@ type Shared struct {
 // the server could not start or is not running.
 func (sh *Shared) Get(t testing.TB) *Server {
 	t.Helper()
+	testutil.Integration(t, "PostgreSQL")
 	sh.once.Do(func() { sh.srv, sh.err = New() })
 	if sh.err != nil {
 		t.Fatalf("pgtest: %v", sh.err)

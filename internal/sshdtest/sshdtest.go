@@ -30,6 +30,7 @@ import (
 // created) and removes it when the test ends.
 func AddUser(t testing.TB, home string) *user.User {
 	t.Helper()
+	testutil.Integration(t, "sshd")
 	var rnd [3]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		t.Fatal(err)
@@ -176,6 +177,7 @@ type Server struct {
 // killed when the test ends, and its log printed if the test failed.
 func Start(t testing.TB, dir string, u *user.User, akPath string) *Server {
 	t.Helper()
+	testutil.Integration(t, "sshd")
 	sshd, err := exec.LookPath("/usr/sbin/sshd")
 	if err != nil {
 		t.Fatalf("sshd not found (apt-get install openssh-server): %v", err)

@@ -107,12 +107,24 @@ func ephemeralStart() int {
 	return lo
 }
 
+// Integration marks a test that needs a real system (root, Ollama,
+// PostgreSQL, nginx, sshd, network namespaces, Terraform): `go test -short`
+// — `make check`, the unit tier — skips it; `make test` runs it, and there
+// a missing system is a failure, never a skip.
+func Integration(t testing.TB, needs string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("integration test (needs %s): make test runs it", needs)
+	}
+}
+
 // RequireRoot fails the test unless it runs as root and every tool is in
 // PATH: a missing privilege or tool must never read as a pass. Setting the
 // environment variable optOut to 1 skips the test instead, for machines
 // that explicitly cannot run it; "" offers no opt-out.
 func RequireRoot(t testing.TB, optOut string, tools ...string) {
 	t.Helper()
+	Integration(t, "root")
 	if optOut != "" && os.Getenv(optOut) == "1" {
 		t.Skipf("%s=1: test explicitly disabled", optOut)
 	}

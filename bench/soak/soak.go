@@ -1,4 +1,4 @@
-package bench
+package soak
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/tinymodel"
@@ -117,7 +118,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 	}
 	dir := filepath.Join(o.WorkDir, "soak")
 	state := filepath.Join(dir, "state")
-	if err := ensureDir(state); err != nil {
+	if err := bench.EnsureDir(state); err != nil {
 		return nil, err
 	}
 	gguf, tmpl := filepath.Join(dir, "tiny.gguf"), filepath.Join(dir, "tiny.template")
@@ -127,7 +128,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 	if err := os.WriteFile(tmpl, []byte(tinymodel.Template), 0o644); err != nil {
 		return nil, fmt.Errorf("write tiny model template: %w", err)
 	}
-	key, err := CreateKey(ctx, o.HearthdBin, state, "soak")
+	key, err := bench.CreateKey(ctx, o.HearthdBin, state, "soak")
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +149,7 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 	const model = "soak-tiny"
 	// hearthd as it ships: its admission and wedge defaults, Ollama
 	// supervised (so a wedge is restarted).
-	h, err := StartHearthd(ctx, HearthdOptions{Bin: o.HearthdBin, StateDir: state, Model: model,
+	h, err := bench.StartHearthd(ctx, bench.HearthdOptions{Bin: o.HearthdBin, StateDir: state, Model: model,
 		OllamaURL: "http://" + ollamaAddr, Log: logw, ReadyTimeout: 3 * time.Minute,
 		Extra: []string{"--ollama-start", "--ollama-bin", o.OllamaBin, "--ollama-models-dir", filepath.Join(dir, "models"),
 			"--model-gguf", gguf, "--model-template", tmpl, "--log-level", "info",
@@ -218,12 +219,12 @@ func RunSoak(ctx context.Context, o SoakOptions) (*SoakResult, error) {
 		res.FailedShare = float64(failed) / float64(total)
 	}
 	slices.Sort(ttfts)
-	res.TTFTP50, res.TTFTP99 = Percentile(ttfts, 50), Percentile(ttfts, 99)
-	if v, err := ReadMetric(ctx, h.MetricsURL, "hearth_runtime_wedges_total"); err == nil {
+	res.TTFTP50, res.TTFTP99 = bench.Percentile(ttfts, 50), bench.Percentile(ttfts, 99)
+	if v, err := bench.ReadMetric(ctx, h.MetricsURL, "hearth_runtime_wedges_total"); err == nil {
 		res.Wedges = int(v)
 	}
 	for _, reason := range []string{"wedged", "exited"} {
-		if v, err := ReadMetric(ctx, h.MetricsURL, `hearth_runtime_restarts_total{reason="`+reason+`"}`); err == nil {
+		if v, err := bench.ReadMetric(ctx, h.MetricsURL, `hearth_runtime_restarts_total{reason="`+reason+`"}`); err == nil {
 			res.Restarts[reason] = int(v)
 		}
 	}
@@ -318,7 +319,7 @@ func (c *soakClient) stream(ctx context.Context, tokens int, leaveAfter time.Dur
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return out
 	}
-	r := NewSSEReader(resp.Body)
+	r := bench.NewSSEReader(resp.Body)
 	first := false
 	for {
 		data, err := r.Next()
@@ -330,7 +331,7 @@ func (c *soakClient) stream(ctx context.Context, tokens int, leaveAfter time.Dur
 			}
 			return out
 		}
-		ch := ClassifyChunk(data)
+		ch := bench.ClassifyChunk(data)
 		switch {
 		case ch.Error:
 			out.status = "200+error"
@@ -365,12 +366,12 @@ func (c *soakClient) whole(ctx context.Context, path, body string) soakOutcome {
 }
 
 // soakSample reads hearthd's RSS, goroutines and open descriptors.
-func soakSample(ctx context.Context, h *Hearthd) (SoakSample, error) {
-	p, err := ReadProc(h.PID)
+func soakSample(ctx context.Context, h *bench.Hearthd) (SoakSample, error) {
+	p, err := bench.ReadProc(h.PID)
 	if err != nil {
 		return SoakSample{}, err
 	}
-	g, err := ReadMetric(ctx, h.MetricsURL, "go_goroutines")
+	g, err := bench.ReadMetric(ctx, h.MetricsURL, "go_goroutines")
 	if err != nil {
 		return SoakSample{}, err
 	}
@@ -435,7 +436,7 @@ func (r *SoakResult) Met() []SoakTarget {
 		{"no request waits longer than 30 s", r.MaxWait.Round(time.Millisecond).String(), r.MaxWait <= soakMaxWait},
 		{"every wedge recovered within 15 s", fmt.Sprintf("%d recover(ies), slowest %s", len(r.Recoveries), slowest.Round(time.Millisecond)),
 			slowest <= soakMaxRecovery && len(r.Recoveries) >= r.Restarts["wedged"]},
-		{"RSS within 10 % of its start", fmt.Sprintf("%s → %s MiB", mib(r.Start.RSS), mib(r.End.RSS)), grow(float64(r.Start.RSS), float64(r.End.RSS))},
+		{"RSS within 10 % of its start", fmt.Sprintf("%s → %s bench.MiB", bench.MiB(r.Start.RSS), bench.MiB(r.End.RSS)), grow(float64(r.Start.RSS), float64(r.End.RSS))},
 		{"goroutines within 10 % of their start", fmt.Sprintf("%d → %d", r.Start.Goroutines, r.End.Goroutines), grow(float64(r.Start.Goroutines), float64(r.End.Goroutines))},
 		{"descriptors within 10 % of their start", fmt.Sprintf("%d → %d", r.Start.Descriptors, r.End.Descriptors), grow(float64(r.Start.Descriptors), float64(r.End.Descriptors))},
 	}

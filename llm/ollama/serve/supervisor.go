@@ -1,4 +1,7 @@
-package ollama
+// Package serve runs the `ollama serve` process a node supervises: start,
+// restart on exit or when told it is wedged, stop with its runners, and
+// wait until it listens. Generations go through llm/ollama.
+package serve
 
 import (
 	"bufio"

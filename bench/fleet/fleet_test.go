@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/pgtest"
 	"github.com/hearthd/hearth/internal/proctest"
 )
@@ -21,7 +22,7 @@ import (
 func smallFleet(t *testing.T, bin string) FleetConfig {
 	// Without CAP_SYS_RESOURCE the soft limit goes up to the hard one,
 	// which is plenty for 50 nodes.
-	noFile, _ := RaiseNoFile(1 << 20)
+	noFile, _ := bench.RaiseNoFile(1 << 20)
 	logs := &proctest.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {

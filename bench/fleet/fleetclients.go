@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hearthd/hearth/bench"
 )
 
 // Management operations the fleet clients perform.
@@ -44,7 +46,7 @@ type OpStats struct {
 	ErrorSamples        []string `json:"error_samples,omitempty"`
 	PerSecond           float64  `json:"per_second"`
 	// Latency is request start → 2xx answer read.
-	Latency Dist `json:"latency"`
+	Latency bench.Dist `json:"latency"`
 }
 
 // opRecorder collects one phase's requests.
@@ -109,7 +111,7 @@ func (r *opRecorder) stats(elapsed time.Duration) map[string]OpStats {
 		if elapsed > 0 {
 			s.PerSecond = float64(s.OK) / elapsed.Seconds()
 		}
-		s.Latency = Summarize(append([]time.Duration(nil), r.lat[op]...))
+		s.Latency = bench.Summarize(append([]time.Duration(nil), r.lat[op]...))
 		out[opNames[op]] = s
 	}
 	return out

@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/pgtest"
 	"github.com/hearthd/hearth/nodeapi"
 )
@@ -352,7 +353,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (res FleetResult, err error)
 	default:
 		return res, fmt.Errorf("unknown backend %q (pebble or postgres)", cfg.Backend)
 	}
-	if err := ensureDir(opts.WorkDir); err != nil {
+	if err := bench.EnsureDir(opts.WorkDir); err != nil {
 		return res, err
 	}
 	cp, err := StartControlPlane(ctx, opts)
@@ -483,14 +484,14 @@ func (r *fleetRun) run(ctx context.Context, nodes int) error {
 // phase measures the CPU of whatever runs between its call and the call of
 // the function it returns.
 func (r *fleetRun) phase(name string) func() {
-	start, bench0, machine0 := time.Now(), SelfCPU(), machineBusy()
+	start, bench0, machine0 := time.Now(), bench.SelfCPU(), machineBusy()
 	ctl0, pg0 := r.procs.cpu()
 	r.procs.takePhasePeak()
 	return func() {
 		ctl, pg := r.procs.cpu()
 		r.procs.sample() // a phase may end between two samples
 		p := PhaseCPU{Seconds: time.Since(start).Seconds(), ControlCPUS: (ctl - ctl0).Seconds(),
-			PgCPUS: (pg - pg0).Seconds(), BenchCPUS: (SelfCPU() - bench0).Seconds(), RSSPeak: r.procs.takePhasePeak()}
+			PgCPUS: (pg - pg0).Seconds(), BenchCPUS: (bench.SelfCPU() - bench0).Seconds(), RSSPeak: r.procs.takePhasePeak()}
 		if m := machineBusy(); m > 0 && machine0 > 0 {
 			p.OtherCPUS = max((m-machine0).Seconds()-p.ControlCPUS-p.PgCPUS-p.BenchCPUS, 0)
 		}
@@ -655,7 +656,7 @@ func (r *fleetRun) profile(ctx context.Context, phase, kind, path string) {
 		}
 		file := filepath.Join(r.cfg.ProfileDir, fmt.Sprintf("%s.%s.r%d.%s.pprof", r.cfg.fileStem(), phase, i, kind))
 		r.profiles.Go(func() {
-			if err := fetchProfile(ctx, rep.PprofURL+path, file, 2*time.Minute); err != nil {
+			if err := bench.FetchProfile(ctx, rep.PprofURL+path, file, 2*time.Minute); err != nil {
 				r.cfg.Log.Warn("fleet: profile", "file", file, "err", err)
 				return
 			}
@@ -687,7 +688,7 @@ func machineBusy() time.Duration {
 		}
 		ticks += v
 	}
-	return time.Duration(ticks) * time.Second / userHZ
+	return time.Duration(ticks) * time.Second / bench.UserHZ
 }
 
 // loadAvg is /proc/loadavg's first three fields.

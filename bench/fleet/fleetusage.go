@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/nodeapi"
 )
 
@@ -169,10 +170,10 @@ type UsageBenchResult struct {
 	Added            float64 `json:"added_cpu"`
 	AddedEveryReport float64 `json:"added_cpu_every_report"`
 	// The query: QueryKeys keys, QueryDays days back, latency by grouping.
-	QueryKeys   int             `json:"query_keys"`
-	QueryDays   int             `json:"query_days"`
-	Query       map[string]Dist `json:"query"`
-	QueryErrors int             `json:"query_errors"`
+	QueryKeys   int                   `json:"query_keys"`
+	QueryDays   int                   `json:"query_days"`
+	Query       map[string]bench.Dist `json:"query"`
+	QueryErrors int                   `json:"query_errors"`
 	// QueryChecked: the days before today answered exactly what the
 	// nodes reported for them.
 	QueryChecked bool     `json:"query_checked"`
@@ -358,7 +359,7 @@ func (q *queryProject) measure(ctx context.Context, r *fleetRun, res *UsageBench
 	now := time.Now().UTC()
 	today := now.Truncate(24 * time.Hour)
 	start := today.AddDate(0, 0, -r.cfg.QueryDays)
-	res.Query = map[string]Dist{}
+	res.Query = map[string]bench.Dist{}
 	for _, groupBy := range []string{"", "server", "api_key"} {
 		v := url.Values{"start": {start.Format(time.RFC3339)}, "end": {now.Format(time.RFC3339)}, "granularity": {"day"}}
 		name := "ungrouped"
@@ -383,7 +384,7 @@ func (q *queryProject) measure(ctx context.Context, r *fleetRun, res *UsageBench
 				res.QueryChecked = u.pastDaysAre(today, uint64(10*r.cfg.QueryKeys))
 			}
 		}
-		res.Query[name] = Summarize(lat)
+		res.Query[name] = bench.Summarize(lat)
 	}
 }
 

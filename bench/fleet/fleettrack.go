@@ -1,8 +1,10 @@
-package bench
+package fleet
 
 import (
 	"sync"
 	"time"
+
+	"github.com/hearthd/hearth/bench"
 )
 
 // changeKind is a kind of management API change whose propagation to the
@@ -138,8 +140,8 @@ func (p *propagation) counts() (pending, unmatched int) {
 // PropagationResult is the time from a change's API answer until the node
 // assigned to the server has a desired state that includes it.
 type PropagationResult struct {
-	All    Dist            `json:"all"`
-	ByKind map[string]Dist `json:"by_kind"`
+	All    bench.Dist            `json:"all"`
+	ByKind map[string]bench.Dist `json:"by_kind"`
 	// BeforeAnswer counts changes the node had before the API answer
 	// reached the client (recorded as 0).
 	BeforeAnswer int `json:"before_answer"`
@@ -154,16 +156,16 @@ type PropagationResult struct {
 func (p *propagation) result() PropagationResult {
 	p.mu.Lock()
 	var all []time.Duration
-	r := PropagationResult{ByKind: map[string]Dist{}, Unmatched: len(p.early)}
+	r := PropagationResult{ByKind: map[string]bench.Dist{}, Unmatched: len(p.early)}
 	for k := range numChangeKinds {
 		all = append(all, p.samples[k]...)
-		r.ByKind[k.String()] = Summarize(append([]time.Duration(nil), p.samples[k]...))
+		r.ByKind[k.String()] = bench.Summarize(append([]time.Duration(nil), p.samples[k]...))
 		r.BeforeAnswer += p.beforeAnswer[k]
 	}
 	for _, l := range p.pending {
 		r.Unseen += len(l)
 	}
 	p.mu.Unlock()
-	r.All = Summarize(all)
+	r.All = bench.Summarize(all)
 	return r
 }

@@ -1,17 +1,19 @@
-package bench
+package fleet
 
 import (
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/hearthd/hearth/bench"
 )
 
 // FleetReport is one `hearth-bench fleet` run: a result per control plane
 // variant.
 type FleetReport struct {
 	Started time.Time     `json:"started"`
-	Machine Machine       `json:"machine"`
+	Machine bench.Machine `json:"machine"`
 	Command string        `json:"command"`
 	Results []FleetResult `json:"results"`
 	Notes   []string      `json:"notes,omitempty"`
@@ -31,7 +33,7 @@ func ms(us float64) string {
 // Markdown renders the report: the summary table, then the details.
 func (r *FleetReport) Markdown() string {
 	var b strings.Builder
-	writeRunHeader(&b, r.Started, r.Machine, r.Command)
+	bench.WriteRunHeader(&b, r.Started, r.Machine, r.Command)
 	b.WriteString("| control plane | nodes | creates/s | create p50 / p99 | propagation p50 / p99 | reports/s: burst (p99) / churn / idle | idle CPU per node per minute | RSS peak / end | enrolments/s | errors | load avg start → end |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range r.Results {
@@ -50,10 +52,10 @@ func (r *FleetReport) Markdown() string {
 		if res.Nodes != res.NodesRequested {
 			nodes += fmt.Sprintf(" of %d asked", res.NodesRequested)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s / %s | %s / %s | %.0f (%s) / %.0f / %.0f | %.2f ms | %s / %s MiB | %.0f | %d | %s → %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s / %s | %s / %s | %.0f (%s) / %.0f / %.0f | %.2f ms | %s / %s bench.MiB | %.0f | %d | %s → %s |\n",
 			res.Variant, nodes, c.PerSecond, ms(c.Latency.P50), ms(c.Latency.P99), ms(p.P50), ms(p.P99),
 			rep.BurstPerSecond, ms(rep.Burst.Latency.P99), rep.ChurnPerSecond, rep.IdlePerSecond,
-			res.Idle.CPUmsPerNodeMinute, mib(res.RSSPeak), mib(res.RSSEnd), res.Enroll.PerSecond,
+			res.Idle.CPUmsPerNodeMinute, bench.MiB(res.RSSPeak), bench.MiB(res.RSSEnd), res.Enroll.PerSecond,
 			res.errorCount(), res.LoadAvgStart, res.LoadAvgEnd)
 	}
 	b.WriteString("\n")
@@ -115,7 +117,7 @@ func (r *FleetReport) details(b *strings.Builder) {
 		fmt.Fprintf(b, "| %s | all | %d | %s | %s | %s | %d | %d |\n", res.Variant, p.All.N, ms(p.All.P50), ms(p.All.P99), ms(p.All.Max),
 			p.BeforeAnswer, p.Unseen)
 	}
-	b.WriteString("\n| control plane | phase | seconds | control plane CPU-s | PostgreSQL CPU-s | bench CPU-s | rest of the machine CPU-s | control plane RSS peak MiB |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n| control plane | phase | seconds | control plane CPU-s | PostgreSQL CPU-s | bench CPU-s | rest of the machine CPU-s | control plane RSS peak bench.MiB |\n|---|---|---|---|---|---|---|---|\n")
 	for _, res := range r.Results {
 		phases := make([]string, 0, len(res.Phases))
 		for name := range res.Phases {
@@ -124,7 +126,7 @@ func (r *FleetReport) details(b *strings.Builder) {
 		slices.SortFunc(phases, func(a, b string) int { return phaseOrder(a) - phaseOrder(b) })
 		for _, name := range phases {
 			p := res.Phases[name]
-			fmt.Fprintf(b, "| %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %s |\n", res.Variant, name, p.Seconds, p.ControlCPUS, p.PgCPUS, p.BenchCPUS, p.OtherCPUS, mib(p.RSSPeak))
+			fmt.Fprintf(b, "| %s | %s | %.1f | %.2f | %.2f | %.2f | %.2f | %s |\n", res.Variant, name, p.Seconds, p.ControlCPUS, p.PgCPUS, p.BenchCPUS, p.OtherCPUS, bench.MiB(p.RSSPeak))
 		}
 	}
 	b.WriteString("\n")
@@ -157,7 +159,7 @@ func phaseOrder(name string) int {
 // Write stores the report as fleet-<time>.json|md and fleet-latest.* in
 // dir.
 func (r *FleetReport) Write(dir string) (string, error) {
-	return writeResults(dir, "fleet-", r.Started, r, r.Markdown())
+	return bench.WriteResults(dir, "fleet-", r.Started, r, r.Markdown())
 }
 
 // usage renders the usage phases of the variants that ran them.

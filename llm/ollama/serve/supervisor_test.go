@@ -1,9 +1,10 @@
-package ollama
+package serve
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/hearthd/hearth/internal/ollamatest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm"
+	"github.com/hearthd/hearth/llm/ollama"
 	"github.com/hearthd/hearth/llm/tinymodel"
 )
 
@@ -52,11 +54,11 @@ func testSupervisorRestartsAndStops(t *testing.T, v ollamatest.Version) {
 	if err := tinymodel.WriteFile(gguf, tinymodel.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Config{BaseURL: sup.URL(), Model: "hearth-tiny", Logger: testLogger(t)})
+	b, err := ollama.New(ollama.Config{BaseURL: sup.URL(), Model: "hearth-tiny", Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := ModelSource{GGUFPath: gguf, Template: tinymodel.Template, Parameters: tinymodel.Parameters()}
+	src := ollama.ModelSource{GGUFPath: gguf, Template: tinymodel.Template, Parameters: tinymodel.Parameters()}
 	if err := b.EnsureModel(wctx, src); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +99,7 @@ func testSupervisorRestartsAndStops(t *testing.T, v ollamatest.Version) {
 	if err := b.Ready(wctx); !errors.Is(err, llm.ErrUnavailable) {
 		t.Fatalf("Ready after a restart before warm-up = %v", err)
 	}
-	if err := b.EnsureModel(wctx, ModelSource{}); err != nil {
+	if err := b.EnsureModel(wctx, ollama.ModelSource{}); err != nil {
 		t.Fatalf("model lost across restart: %v", err)
 	}
 	if _, err := b.Warm(wctx); err != nil {
@@ -124,7 +126,7 @@ func testSupervisorRestartsAndStops(t *testing.T, v ollamatest.Version) {
 	testutil.WaitFor(t, 10*time.Second, "the replaced server's group to go", func() bool {
 		return syscall.Kill(-before, 0) != nil
 	})
-	if err := b.EnsureModel(wctx, ModelSource{}); err != nil {
+	if err := b.EnsureModel(wctx, ollama.ModelSource{}); err != nil {
 		t.Fatalf("model lost across Restart: %v", err)
 	}
 	if _, err := b.Warm(wctx); err != nil {
@@ -253,5 +255,37 @@ func TestSupervisorRefusesATakenPort(t *testing.T) {
 	}
 	if exits.Load() != 0 || sup.PID() != 0 {
 		t.Fatalf("a process was started: %d exits", exits.Load())
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// generate asks b for a short answer and returns its final event.
+func generate(t *testing.T, b *ollama.Backend, opts llm.Options) (string, llm.Event) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := b.Chat(ctx, &llm.Request{Messages: []llm.Message{{Role: "user", Content: "tell me a story"}}, Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var text strings.Builder
+	for {
+		ev, err := s.Recv()
+		if err == io.EOF {
+			t.Fatal("the stream ended without its final event")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		text.WriteString(ev.Content)
+		if ev.Done {
+			return text.String(), ev
+		}
 	}
 }

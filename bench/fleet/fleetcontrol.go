@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/proctest"
 	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/systemd"
@@ -131,7 +132,7 @@ type ControlPlane struct {
 
 // Replica is one `hearth-control serve` process.
 type Replica struct {
-	*Process
+	*bench.Process
 	StateDir    string
 	AdminSocket string
 	PprofURL    string // "" unless started with Pprof
@@ -164,7 +165,7 @@ func StartControlPlane(ctx context.Context, o ControlOptions) (*ControlPlane, er
 func (cp *ControlPlane) startReplica(ctx context.Context, o ControlOptions, i int) (*Replica, error) {
 	r := &Replica{StateDir: filepath.Join(o.WorkDir, fmt.Sprintf("control-%d", i))}
 	r.AdminSocket = filepath.Join(r.StateDir, "admin.sock")
-	if err := ensureDir(r.StateDir); err != nil {
+	if err := bench.EnsureDir(r.StateDir); err != nil {
 		return nil, err
 	}
 	addr, err := testutil.FreeAddr()
@@ -199,7 +200,7 @@ func (cp *ControlPlane) startReplica(ctx context.Context, o ControlOptions, i in
 	if o.Log != nil {
 		w = io.MultiWriter(o.Log, out)
 	}
-	p, err := startProcess(ctx, o.Bin, args, env, w, "http://"+addr, "/v1/openapi.json", 2*time.Minute, nil)
+	p, err := bench.StartProcess(ctx, o.Bin, args, env, w, "http://"+addr, "/v1/openapi.json", 2*time.Minute, nil)
 	if err != nil {
 		tail := out.Tail(2 << 10)
 		if o.DatabaseURL != "" && strings.Contains(tail, "flag provided but not defined: -database-url") {
@@ -346,7 +347,7 @@ func (s *procSampler) Close() {
 // memory returns the replicas' summed RSS and peak RSS (VmHWM).
 func (s *procSampler) memory() (rss, hwm int64) {
 	for _, pid := range s.pids {
-		if p, err := ReadProc(pid); err == nil {
+		if p, err := bench.ReadProc(pid); err == nil {
 			rss += p.RSS
 			hwm += p.HWM
 		}
@@ -375,7 +376,7 @@ func (s *procSampler) takePhasePeak() int64 {
 // its backends) have used so far.
 func (s *procSampler) cpu() (control, pg time.Duration) {
 	for _, pid := range s.pids {
-		if p, err := ReadProc(pid); err == nil {
+		if p, err := bench.ReadProc(pid); err == nil {
 			control += p.CPU
 		}
 	}
@@ -391,7 +392,7 @@ func (s *procSampler) cpu() (control, pg time.Duration) {
 		if t, err := proctest.ReapedCPUTicks(s.pgPID); err == nil {
 			ticks += t
 		}
-		pg = time.Duration(ticks) * time.Second / userHZ
+		pg = time.Duration(ticks) * time.Second / bench.UserHZ
 	}
 	return control, pg
 }
