@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/hearthd/hearth/internal/testutil"
 	"github.com/hearthd/hearth/llm/fake"
 )
 
@@ -61,6 +62,7 @@ type browserResult struct {
 // the stream and the exposed headers are readable. The same page calling
 // a deployment that allows no origin is refused by the browser.
 func TestCORSFromABrowser(t *testing.T) {
+	testutil.Integration(t, "Chromium")
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
 		t.Fatalf("chromium not found (scripts/ensure-deps.sh installs it): %v", err)
