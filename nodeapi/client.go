@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -177,7 +178,18 @@ func (c *Client) Desired(ctx context.Context, after uint64, wait time.Duration) 
 
 // ReportObserved posts what the node applied.
 func (c *Client) ReportObserved(ctx context.Context, o Observed) error {
-	if _, err := c.do(ctx, http.MethodPost, PathObserved, c.credential, o, nil); err != nil {
+	var reused bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+	_, err := c.do(tctx, http.MethodPost, PathObserved, c.credential, o, nil)
+	var apiErr *Error
+	if err != nil && reused && ctx.Err() == nil && !errors.As(err, &apiErr) && !noredirect.Is(err) {
+		// A kept connection broke under the report before any answer (the
+		// server, or the pool's idle timer, closed it as it was taken). A
+		// report may be applied twice (the control plane keeps a node's
+		// newest), so it is sent again at once on a fresh connection.
+		_, err = c.do(ctx, http.MethodPost, PathObserved, c.credential, o, nil)
+	}
+	if err != nil {
 		return fmt.Errorf("report observed state: %w", err)
 	}
 	return nil

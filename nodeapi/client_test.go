@@ -145,3 +145,44 @@ func TestClientFailsOver(t *testing.T) {
 		t.Fatalf("a 503 left the client on %s", c.BaseURL())
 	}
 }
+
+// TestReportSentAgainWhenTheConnectionBreaks: a report whose kept
+// connection is closed before any answer is sent again on a fresh one and
+// succeeds; an answer (here a 400) is never repeated.
+func TestReportSentAgainWhenTheConnectionBreaks(t *testing.T) {
+	var posts atomic.Int32
+	var refuse atomic.Bool
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := posts.Add(1)
+		if refuse.Load() {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if n == 2 { // the second report comes on the kept connection
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer ts.Close()
+	c := nodeapi.NewClient(ts.URL, nil)
+	c.SetCredential("hcn_cred")
+	for rev := range 2 {
+		if err := c.ReportObserved(context.Background(), nodeapi.Observed{Revision: uint64(rev)}); err != nil {
+			t.Fatalf("report %d: %v", rev, err)
+		}
+	}
+	if n := posts.Load(); n != 3 {
+		t.Fatalf("%d posts, want the broken report sent again once", n)
+	}
+	refuse.Store(true)
+	if err := c.ReportObserved(context.Background(), nodeapi.Observed{Revision: 3}); err == nil {
+		t.Fatal("a refused report succeeded")
+	}
+	if n := posts.Load(); n != 4 {
+		t.Fatalf("%d posts, want a refused report sent once", n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/hearthd/hearth/bench"
 	"github.com/hearthd/hearth/internal/pgtest"
 	"github.com/hearthd/hearth/internal/proctest"
+	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // smallFleet is a fleet run small and short enough for make test.
@@ -146,6 +147,7 @@ func TestFleetSmoke(t *testing.T) {
 		}
 	})
 	t.Run("postgres-2", func(t *testing.T) {
+		testutil.Integration(t, "PostgreSQL")
 		cfg := smallFleet(t, bin)
 		cfg.Backend, cfg.Replicas = BackendPostgres, 2
 		if supported, err := SupportsDatabaseURL(ctx, bin); err != nil || !supported {
