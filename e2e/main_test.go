@@ -4,6 +4,7 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/hearthd/hearth/internal/ollamatest"
-	"github.com/hearthd/hearth/internal/testutil"
 )
 
 // env is what every test in this binary shares: the binaries built once
@@ -24,6 +24,12 @@ type env struct {
 var shared env
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		// Every test here runs real processes: the unit tier (-short) has none.
+		fmt.Println("e2e: integration tests only; make test runs them")
+		os.Exit(0)
+	}
 	dir, err := os.MkdirTemp("", "hearth-e2e-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -39,7 +45,6 @@ func TestMain(m *testing.M) {
 // binary builds ./cmd/<name> once per test binary and returns its path.
 func binary(t testing.TB, name string) string {
 	t.Helper()
-	testutil.Integration(t, "hearth's binaries as processes")
 	path := filepath.Join(shared.bin, name)
 	if _, err := os.Stat(path); err == nil {
 		return path
