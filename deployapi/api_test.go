@@ -86,6 +86,9 @@ func startAPILogOver(t *testing.T, overTLS bool, fc fake.Config, mod func(*APICo
 func overBoth(t *testing.T, f func(t *testing.T, overTLS bool)) {
 	t.Helper()
 	for _, overTLS := range []bool{false, true} {
+		if testing.Short() && !overTLS {
+			continue // the unit tier takes the production path; make test both
+		}
 		name := "http"
 		if overTLS {
 			name = "tls"
